@@ -1,0 +1,273 @@
+"""The engine: one step() = drain controls -> admit arrivals -> schedule -> forward -> postprocess.
+
+Thread model: one thread owns the engine and calls step(); any thread may call submit() and read
+`latest` (a frozen StepSnapshot swapped in by reference after every step).
+"""
+
+from __future__ import annotations
+
+import heapq
+import queue
+import time
+from collections.abc import Callable, Iterable
+
+from core_engine import control
+from core_engine.config import MODES, EngineConfig
+from core_engine.errors import InvalidRequest, UnservableRequest
+from core_engine.kv_cache import BlockAllocator, BlockManager
+from core_engine.request import FinishReason, Request, Sequence, SeqStatus
+from core_engine.roofline import Chunk, step_cost
+from core_engine.runner import ModelRunner
+from core_engine.scheduler import Scheduler, SchedulerOutput, make_policy
+from core_engine.snapshot import Counters, FinishedRequest, StepCost, StepSnapshot
+from core_engine.snapshot_builder import build_snapshot, slot_occupants
+
+MAX_NUM_SEQS_LIMIT = 4096
+
+
+def validate_max_num_seqs(value: object) -> int:
+    if not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= MAX_NUM_SEQS_LIMIT:
+        raise ValueError(f"max_num_seqs must be an integer in 1..{MAX_NUM_SEQS_LIMIT}, got {value!r}")
+    return value
+
+
+class Engine:
+    def __init__(self, config: EngineConfig, runner: ModelRunner | None = None,
+                 clock: Callable[[], float] = time.perf_counter) -> None:
+        self.config = config
+        self.runner = runner if runner is not None else ModelRunner(config)
+        self.allocator = BlockAllocator(config.num_kv_blocks, config.block_size)
+        self.block_manager = BlockManager(self.allocator)
+        self.scheduler = Scheduler(self.block_manager, make_policy(config.mode), config.max_num_seqs,
+                                   config.max_num_batched_tokens)
+        self._clock = clock
+        self._controls: queue.SimpleQueue[control.Command] = queue.SimpleQueue()
+        self._workload: tuple[Request, ...] = ()
+        self.latest: StepSnapshot | None = None
+        self._start_run()
+
+    # -- run state ------------------------------------------------------------------------------
+    def _start_run(self) -> None:
+        self._t0 = self._clock()
+        self._pending: list[tuple[float, int, Request]] = []  # heap of future arrivals
+        self._order = 0
+        self._next_index = 0
+        self._known_ids: set[str] = set()
+        self._live: dict[str, Sequence] = {}
+        self.counters = Counters()
+        self.step_rejections: list[tuple[str, str]] = []
+        self.rejections: list[tuple[str, str]] = []
+        self._schedule_arrivals(self._workload, 0.0)
+
+    def now(self) -> float:
+        return self._clock() - self._t0
+
+    @property
+    def mode(self) -> str:
+        return self.scheduler.policy.name
+
+    @property
+    def max_num_seqs(self) -> int:
+        return self.scheduler.max_num_seqs
+
+    def load_workload(self, requests: Iterable[Request]) -> None:
+        """Requests arrive at their arrival_s; Reset replays the same list from the start."""
+        requests = tuple(requests)
+        self._workload += requests
+        self._schedule_arrivals(requests, 0.0)
+
+    def _schedule_arrivals(self, requests: Iterable[Request], base: float) -> None:
+        for r in requests:
+            heapq.heappush(self._pending, (base + r.arrival_s, self._order, r))
+            self._order += 1
+
+    # -- requests -------------------------------------------------------------------------------
+    def add_request(self, request: Request, arrival_s: float | None = None) -> Sequence:
+        """Queue a request now; raises InvalidRequest (bad) or UnservableRequest (can never fit)."""
+        self._validate(request)
+        seq = Sequence(request, self._next_index, self.now() if arrival_s is None else arrival_s)
+        self._next_index += 1
+        self._known_ids.add(request.id)
+        self._live[request.id] = seq
+        self._count(submitted=1)
+        self.scheduler.add(seq)
+        return seq
+
+    def _validate(self, r: Request) -> None:
+        if r.id in self._known_ids:
+            raise InvalidRequest(f"request {r.id!r}: duplicate id")
+        if not r.prompt_token_ids:
+            raise InvalidRequest(f"request {r.id!r}: empty prompt")
+        vocab = self.config.model.vocab_size
+        if any(not 0 <= t < vocab for t in r.prompt_token_ids):
+            raise InvalidRequest(f"request {r.id!r}: token id outside the vocabulary [0, {vocab})")
+        if r.max_tokens < 1:
+            raise InvalidRequest(f"request {r.id!r}: max_tokens must be >= 1, got {r.max_tokens}")
+        if r.sampling.temperature < 0 or not 0 < r.sampling.top_p <= 1:
+            raise InvalidRequest(f"request {r.id!r}: temperature must be >= 0 and top_p in (0, 1]")
+        total = r.prompt_len + r.max_tokens
+        if total > self.config.max_model_len:
+            raise UnservableRequest(f"request {r.id!r}: prompt {r.prompt_len} + max_tokens {r.max_tokens}"
+                                    f" = {total} exceeds max_model_len {self.config.max_model_len}")
+        need = self.block_manager.blocks_for_tokens(total - 1)
+        if need > self.allocator.num_blocks:
+            raise UnservableRequest(
+                f"request {r.id!r}: prompt {r.prompt_len} + max_tokens {r.max_tokens} needs {need} KV "
+                f"blocks of {self.config.block_size} tokens, the pool has {self.allocator.num_blocks}")
+
+    def _admit_arrivals(self) -> None:
+        now = self.now()
+        while self._pending and self._pending[0][0] <= now:
+            arrival, _, request = heapq.heappop(self._pending)
+            try:
+                self.add_request(request, arrival_s=arrival)
+            except InvalidRequest as exc:  # refused alone; everyone else is still served
+                self._known_ids.add(request.id)
+                self._count(submitted=1, rejected=1)
+                self.step_rejections.append((request.id, str(exc)))
+                self.rejections.append((request.id, str(exc)))
+
+    def _count(self, **deltas: int) -> None:
+        c = self.counters
+        self.counters = Counters(**{k: getattr(c, k) + deltas.get(k, 0) for k in Counters.__slots__})
+
+    # -- control --------------------------------------------------------------------------------
+    def submit(self, command: control.Command) -> None:
+        """Thread-safe; validated here so a bad command fails in the caller, not in the engine."""
+        if isinstance(command, control.SetMode) and command.mode not in MODES:
+            raise ValueError(f"mode must be one of {', '.join(MODES)}, got {command.mode!r}")
+        if isinstance(command, control.SetMaxNumSeqs):
+            validate_max_num_seqs(command.value)
+        self._controls.put(command)
+
+    def _apply_controls(self) -> None:
+        while True:
+            try:
+                cmd = self._controls.get_nowait()
+            except queue.Empty:
+                return
+            self.apply(cmd)
+
+    def apply(self, cmd: control.Command) -> None:
+        if isinstance(cmd, control.SetMode):
+            if cmd.mode != self.mode:
+                self.scheduler.policy = make_policy(cmd.mode)
+        elif isinstance(cmd, control.SetMaxNumSeqs):
+            self.scheduler.max_num_seqs = validate_max_num_seqs(cmd.value)
+        elif isinstance(cmd, control.AddRequests):
+            self._schedule_arrivals(cmd.requests, self.now())
+        elif isinstance(cmd, control.Abort):
+            seq = self.scheduler.abort(cmd.request_id)
+            if seq is not None:
+                self._live.pop(seq.id, None)
+                self.runner.sampler.forget(seq)
+        elif isinstance(cmd, control.Reset):
+            self.reset()
+
+    def reset(self) -> None:
+        self.scheduler.reset()
+        self.allocator.reset()
+        self.runner.sampler.reset()
+        self.latest = None
+        self._start_run()
+
+    # -- the step -------------------------------------------------------------------------------
+    def has_unfinished(self) -> bool:
+        """Work that can run now (waiting or running), not counting future arrivals."""
+        return self.scheduler.has_unfinished()
+
+    def is_done(self) -> bool:
+        return not self._pending and not self.scheduler.has_unfinished() and self._controls.empty()
+
+    def seconds_until_next_arrival(self) -> float | None:
+        return max(0.0, self._pending[0][0] - self.now()) if self._pending else None
+
+    def step(self) -> StepSnapshot | None:
+        """Run one forward step; None when there was nothing to run (idle until the next arrival)."""
+        t_start = self._clock()
+        self._apply_controls()
+        self._admit_arrivals()
+        plan = self.scheduler.schedule()
+        t_sched = self._clock()
+        if plan.is_empty:
+            if self.scheduler.has_unfinished():  # a bug, never a state to wait in: fail loudly, not hang
+                raise RuntimeError(f"scheduler made no progress with {len(self.scheduler.waiting)} waiting "
+                                   f"and {len(self.scheduler.running)} running")
+            self.latest = self.snapshot()
+            self.step_rejections = []
+            return None
+        assert plan.num_tokens <= self.scheduler.max_num_batched_tokens, "token budget overrun"
+        cost = step_cost(self.config.model, self.config.dtype, plan_chunks(plan),
+                         num_sampled=sum(1 for s, n in plan.scheduled if s.num_computed_tokens + n == s.num_tokens))
+        batch = self.runner.prepare(plan)
+        t_prep = self._clock()
+        sampled = self.runner.run(batch)
+        t_fwd = self._clock()
+        occupants = slot_occupants(self.scheduler.running, plan)
+        num_prefill = sum(n for seq, n in plan.scheduled if seq.is_prefill)
+        finished = self._postprocess(plan, sampled)
+        t_end = self._clock()
+        snap = build_snapshot(
+            self, plan, finished, step=self.counters.steps, t=t_end - self._t0,
+            times=(t_end - t_start, t_sched - t_start, t_prep - t_sched, t_fwd - t_prep),
+            cost=cost, occupants=occupants, num_prefill_tokens=num_prefill)
+        self.step_rejections = []
+        self.latest = snap
+        return snap
+
+    def _postprocess(self, plan: SchedulerOutput, sampled: list[tuple[Sequence, int]]) -> list[FinishedRequest]:
+        now = self.now()
+        num_prompt = sum(s.prompt_len for s in plan.admitted if s.num_preemptions == 0)
+        for seq, n in plan.scheduled:
+            seq.num_computed_tokens += n
+        finished: list[FinishedRequest] = []
+        for seq, token in sampled:
+            seq.token_ids.append(token)
+            if seq.first_token_s is None:
+                seq.first_token_s = now
+            reason = self._stop_reason(seq, token)
+            if reason is not None:
+                seq.finish_s = now
+                self.scheduler.finish(seq, reason)
+                self._live.pop(seq.id, None)
+                self.runner.sampler.forget(seq)
+                finished.append(_finished_record(seq))
+        self.scheduler.end_step()
+        self._count(steps=1, completed=len(finished), preemptions=len(plan.preempted),
+                    prompt_tokens=num_prompt, generated_tokens=len(sampled),
+                    computed_tokens=plan.num_tokens)
+        return finished
+
+    @staticmethod
+    def _stop_reason(seq: Sequence, token: int) -> FinishReason | None:
+        if seq.num_output_tokens >= seq.max_tokens:
+            return FinishReason.LENGTH
+        params = seq.request.sampling
+        if not params.ignore_eos and params.eos_token_id is not None and token == params.eos_token_id:
+            return FinishReason.STOP
+        return None
+
+    def snapshot(self) -> StepSnapshot:
+        """A view of the current state between steps (after a control change, while idle)."""
+        return build_snapshot(self, SchedulerOutput(), [], step=0, t=self.now(), times=(0.0,) * 4,
+                              cost=StepCost(), occupants=slot_occupants(self.scheduler.running, None))
+
+    def live_sequences(self) -> list[Sequence]:
+        return [s for s in self._live.values() if s.status is not SeqStatus.FINISHED]
+
+    @property
+    def num_pending_arrivals(self) -> int:
+        return len(self._pending)
+
+
+def plan_chunks(plan: SchedulerOutput) -> list[Chunk]:
+    """The plan as runs of query tokens, for the FLOP/byte accounting (before postprocess)."""
+    chunks = [Chunk(seq.num_computed_tokens, n) for seq, n in plan.scheduled]
+    chunks += [Chunk(seq.num_computed_tokens, 1, keys_offset=0) for seq in plan.padding]
+    return chunks
+
+
+def _finished_record(seq: Sequence) -> FinishedRequest:
+    return FinishedRequest(seq.id, seq.index, seq.prompt_len, seq.num_output_tokens, seq.arrival_s,
+                           seq.first_token_s, seq.finish_s, seq.num_preemptions,
+                           seq.finish_reason.value, tuple(seq.token_ids[seq.prompt_len:]))

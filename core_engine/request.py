@@ -1,0 +1,116 @@
+"""A request as submitted (immutable) and the sequence the engine runs for it (mutable state)."""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class SamplingParams:
+    temperature: float = 0.0  # 0 means greedy
+    top_p: float = 1.0
+    seed: int | None = None  # per-request sampling seed; None derives one from the engine seed
+    ignore_eos: bool = True  # lengths follow the workload, as benchmarks want
+    eos_token_id: int | None = None
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature == 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class Request:
+    id: str
+    prompt_token_ids: tuple[int, ...]
+    max_tokens: int
+    arrival_s: float = 0.0  # offset from the start of the run
+    sampling: SamplingParams = SamplingParams()
+
+    @property
+    def prompt_len(self) -> int:
+        return len(self.prompt_token_ids)
+
+
+class SeqStatus(enum.Enum):
+    WAITING = "waiting"
+    RUNNING = "running"
+    FINISHED = "finished"
+
+
+class Phase(str, enum.Enum):
+    """What a slot's sequence does in a step; the Slots panel colours by it."""
+
+    EMPTY = "empty"
+    PREFILL = "prefill"
+    DECODE = "decode"
+    PADDING = "padding"  # static batching: finished, but its row is still computed until the batch ends
+    IDLE = "idle"  # holds a slot but got no tokens this step (token budget exhausted)
+
+
+class FinishReason(str, enum.Enum):
+    LENGTH = "length"
+    STOP = "stop"
+    ABORT = "abort"
+
+
+class Sequence:
+    """Runtime state of one request: its tokens, KV progress, block table and timestamps."""
+
+    __slots__ = ("request", "index", "token_ids", "num_computed_tokens", "block_table", "slot",
+                 "status", "finish_reason", "arrival_s", "admitted_s", "first_token_s", "finish_s",
+                 "num_preemptions", "padding")
+
+    def __init__(self, request: Request, index: int, arrival_s: float) -> None:
+        self.request = request
+        self.index = index  # stable small integer per engine run; panels colour by it
+        self.token_ids: list[int] = list(request.prompt_token_ids)
+        self.num_computed_tokens = 0  # tokens whose K/V sit in the cache
+        self.block_table: list[int] = []
+        self.slot: int | None = None
+        self.status = SeqStatus.WAITING
+        self.finish_reason: FinishReason | None = None
+        self.arrival_s = arrival_s
+        self.admitted_s: float | None = None
+        self.first_token_s: float | None = None
+        self.finish_s: float | None = None
+        self.num_preemptions = 0
+        self.padding = False  # static batching: finished, slot still held, row still computed
+
+    @property
+    def id(self) -> str:
+        return self.request.id
+
+    @property
+    def prompt_len(self) -> int:
+        return self.request.prompt_len
+
+    @property
+    def max_tokens(self) -> int:
+        return self.request.max_tokens
+
+    @property
+    def num_tokens(self) -> int:
+        return len(self.token_ids)
+
+    @property
+    def num_output_tokens(self) -> int:
+        return len(self.token_ids) - self.request.prompt_len
+
+    @property
+    def num_uncomputed(self) -> int:
+        """Tokens to feed before the next one can be sampled (1 while decoding)."""
+        return len(self.token_ids) - self.num_computed_tokens
+
+    @property
+    def is_prefill(self) -> bool:
+        return self.num_output_tokens == 0 or self.num_uncomputed > 1
+
+    @property
+    def max_kv_tokens(self) -> int:
+        """K/V entries this request needs at most: the last sampled token is never fed back."""
+        return self.request.prompt_len + self.request.max_tokens - 1
+
+    def __repr__(self) -> str:
+        return (f"Sequence({self.id!r}, status={self.status.value}, tokens={self.num_tokens}, "
+                f"computed={self.num_computed_tokens}, blocks={len(self.block_table)}, slot={self.slot})")

@@ -1,0 +1,75 @@
+"""Shared helpers: the tiny preset, hand-made workloads and a run-to-completion loop."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+import torch
+
+from core_engine.config import EngineConfig, preset
+from core_engine.engine import Engine
+from core_engine.metrics import MetricsCollector
+from core_engine.request import Request
+from core_engine.snapshot import StepSnapshot
+
+torch.set_num_threads(1)  # tiny tensors: threads only add overhead; keeps the suite steady on 2 cores
+
+
+class FakeClock:
+    """A clock tests move by hand, so arrival-driven behaviour is deterministic."""
+
+    def __init__(self) -> None:
+        self.t = 0.0
+
+    def __call__(self) -> float:
+        return self.t
+
+    def advance(self, seconds: float) -> None:
+        self.t += seconds
+
+
+def tiny_config(**overrides) -> EngineConfig:
+    base = dict(model=preset("tiny"), dtype="float32", max_num_seqs=4, max_num_batched_tokens=64,
+                block_size=4, num_kv_blocks=64, seed=0)
+    base.update(overrides)
+    return EngineConfig(**base)
+
+
+def make_requests(n: int, seed: int = 0, prompt: tuple[int, int] = (1, 24), output: tuple[int, int] = (1, 16),
+                  prefix: str = "r", vocab: int = 512) -> list[Request]:
+    rng = random.Random(seed)
+    return [Request(f"{prefix}{i}", tuple(rng.randrange(vocab) for _ in range(rng.randint(*prompt))),
+                    rng.randint(*output)) for i in range(n)]
+
+
+def run_all(engine: Engine, requests: list[Request] | None = None, check=None, on_idle=None,
+            max_steps: int = 10_000) -> tuple[dict[str, tuple[int, ...]], list[StepSnapshot], MetricsCollector]:
+    """Step to completion; returns output tokens by request id, every snapshot, and the metrics."""
+    if requests:
+        engine.load_workload(requests)
+    outputs: dict[str, tuple[int, ...]] = {}
+    snaps: list[StepSnapshot] = []
+    collector = MetricsCollector()
+    for _ in range(max_steps):
+        if engine.is_done():
+            break
+        snap = engine.step()
+        if check is not None:
+            check(engine, snap)
+        if snap is None:
+            if on_idle is not None:
+                on_idle(engine)
+            continue
+        snaps.append(snap)
+        collector.observe(snap)
+        for f in snap.finished:
+            outputs[f.request_id] = f.output_token_ids
+    else:
+        raise AssertionError("workload did not finish")
+    return outputs, snaps, collector
+
+
+@pytest.fixture
+def clock() -> FakeClock:
+    return FakeClock()

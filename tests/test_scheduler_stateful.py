@@ -1,0 +1,97 @@
+"""Hypothesis drives the engine through random add / step / abort / mode / max_num_seqs sequences
+and checks the scheduler's invariants after every rule, then drains and checks that nothing leaked."""
+
+from __future__ import annotations
+
+from hypothesis import HealthCheck, event, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
+
+from core_engine import control
+from core_engine.engine import Engine
+from core_engine.errors import UnservableRequest
+from core_engine.request import Request
+from tests.conftest import tiny_config
+
+NUM_BLOCKS, BLOCK_SIZE = 12, 4
+
+
+class EngineMachine(RuleBasedStateMachine):
+    @initialize(mode=st.sampled_from(["continuous", "static"]), max_num_seqs=st.integers(1, 6),
+                budget=st.integers(1, 32))
+    def start(self, mode: str, max_num_seqs: int, budget: int) -> None:
+        self.engine = Engine(tiny_config(mode=mode, max_num_seqs=max_num_seqs, max_num_batched_tokens=budget,
+                                         num_kv_blocks=NUM_BLOCKS, block_size=BLOCK_SIZE))
+        self.expected: dict[str, int] = {}  # accepted request id -> max_tokens
+        self.aborted: set[str] = set()
+        self.outputs: dict[str, int] = {}
+        self.steps = 0
+        self.n = 0
+
+    @rule(prompt_len=st.integers(1, 30), max_tokens=st.integers(1, 30))
+    def add(self, prompt_len: int, max_tokens: int) -> None:
+        rid = f"q{self.n}"
+        self.n += 1
+        try:
+            self.engine.add_request(Request(rid, tuple(range(prompt_len)), max_tokens))
+        except UnservableRequest:
+            assert -(-(prompt_len + max_tokens - 1) // BLOCK_SIZE) > NUM_BLOCKS  # refused only if it can never fit
+            return
+        self.expected[rid] = max_tokens
+
+    @rule()
+    def step(self) -> None:
+        snap = self.engine.step()
+        if snap is not None:
+            self.steps += 1
+            assert snap.num_tokens <= snap.max_num_batched_tokens
+            if snap.preempted:
+                event("preemption")
+            if snap.num_padding_tokens:
+                event("static padding")
+            for f in snap.finished:
+                self.outputs[f.request_id] = f.num_generated
+
+    @precondition(lambda self: self.expected)
+    @rule(data=st.data())
+    def abort(self, data) -> None:
+        rid = data.draw(st.sampled_from(sorted(self.expected)))
+        self.engine.apply(control.Abort(rid))
+        if rid not in self.outputs:
+            self.aborted.add(rid)
+
+    @rule(mode=st.sampled_from(["continuous", "static"]))
+    def set_mode(self, mode: str) -> None:
+        self.engine.apply(control.SetMode(mode))
+
+    @rule(value=st.integers(1, 8))
+    def set_max_num_seqs(self, value: int) -> None:
+        running = len(self.engine.scheduler.running)
+        self.engine.apply(control.SetMaxNumSeqs(value))
+        assert len(self.engine.scheduler.running) == running  # lowering drops nobody
+
+    @invariant()
+    def scheduler_is_consistent(self) -> None:
+        self.engine.scheduler.check_invariants()
+
+    def teardown(self) -> None:
+        engine = self.engine
+        limit = sum(self.expected.values()) * 4 + 60 * len(self.expected) + 10
+        for _ in range(limit):
+            if engine.is_done():
+                break
+            snap = engine.step()
+            if snap is not None:
+                for f in snap.finished:
+                    self.outputs[f.request_id] = f.num_generated
+        assert engine.is_done(), "the engine did not drain"
+        assert not engine.scheduler.running and not engine.scheduler.waiting
+        assert engine.allocator.num_free_blocks == NUM_BLOCKS
+        for rid, max_tokens in self.expected.items():
+            if rid not in self.aborted:
+                assert self.outputs.get(rid) == max_tokens, rid
+
+
+EngineMachine.TestCase.settings = settings(max_examples=60, stateful_step_count=30, deadline=None,
+                                           suppress_health_check=[HealthCheck.too_slow])
+TestEngineMachine = EngineMachine.TestCase

@@ -1,0 +1,48 @@
+"""The `batchtop` command line. Imports no Textual until the dashboard actually starts."""
+
+from __future__ import annotations
+
+import click
+
+from tui.options import engine_options
+
+CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
+
+
+@click.group(invoke_without_command=True, context_settings=CONTEXT)
+@engine_options
+@click.option("--headless", is_flag=True,
+              help="No screen: run the workload to completion and write the metrics JSON (schema batchtop.metrics/1).")
+@click.option("-o", "--output", type=str, default=None, metavar="FILE",
+              help="--headless: write the metrics JSON here instead of stdout.")
+@click.version_option(package_name="batchtop")
+@click.pass_context
+def main(ctx: click.Context, headless: bool, output: str | None, **opts) -> None:
+    """See how an LLM inference engine batches: a real paged-KV continuous batcher, live.
+
+    With no command, opens the dashboard on the default workload (the bundled Azure conversation
+    trace sample) and the default model for this device. Keys there: s static/continuous,
+    +/- max_num_seqs, space pause, ? help.
+    """
+    if ctx.invoked_subcommand is not None:
+        return
+    if headless:
+        from tui.headless_cmd import run_headless
+        run_headless(opts, output)
+    else:
+        from tui.dashboard_cmd import run_dashboard
+        run_dashboard(opts)
+
+
+@main.command(context_settings=CONTEXT)
+@engine_options
+@click.option("-o", "--output", type=str, default="batchtop-compare.json", show_default=True, metavar="FILE",
+              help="Where to write the batchtop.compare/1 JSON ('-' for stdout; the table then goes to stderr).")
+def compare(output: str, **opts) -> None:
+    """Run one workload under static, then continuous batching, and print the difference.
+
+    Same seed, same request lengths, same model. Arrivals default to all-at-once (--time-scale 0) and
+    the first 256 requests, so the comparison measures throughput, not the arrival rate.
+    """
+    from tui.compare_cmd import run_compare
+    run_compare(opts, output)

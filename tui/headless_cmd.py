@@ -1,0 +1,74 @@
+"""`batchtop --headless`: run the workload to completion, write the metrics JSON, exit 0/1/2/130."""
+
+from __future__ import annotations
+
+import sys
+import traceback
+
+import click
+
+from core_engine.engine import Engine
+from core_engine.headless import RunResult, run_workload
+from core_engine.snapshot import StepSnapshot
+from tui.options import (EXIT_ENGINE_FAILURE, EXIT_INTERRUPTED, Setup, bad_input_exits, build_setup,
+                         workload_info)
+from tui.output import check_writable, write_json
+from tui.progress import StderrProgress
+
+
+def note(message: str) -> None:
+    click.echo(f"batchtop: {message}", err=True)
+
+
+def build_engine(setup: Setup) -> Engine:
+    c = setup.config
+    note(f"building {c.model.name} ({c.model.num_params() / 1e6:.0f}M params, {c.dtype}) on {c.device}; "
+         f"{c.num_kv_blocks} KV blocks x {c.block_size} tokens; {len(setup.requests)} requests")
+    return Engine(c)
+
+
+def warn_rejections(snap: StepSnapshot) -> None:
+    for _, reason in snap.rejected:
+        note(f"warning: rejected {reason}")
+
+
+def run_and_report(engine: Engine, setup: Setup, label: str = "") -> RunResult:
+    progress = StderrProgress(len(setup.requests), label=label)
+
+    def on_step(snap: StepSnapshot) -> None:
+        warn_rejections(snap)
+        progress.update(snap)
+
+    result = run_workload(engine, setup.requests, on_step=on_step)
+    progress.close()
+    return result
+
+
+def metrics_document(result: RunResult, setup: Setup, config_dict: dict) -> dict:
+    doc = result.collector.summary(config_dict, complete=result.complete,
+                                   workload=workload_info(setup.spec, setup.requests))
+    if result.error is not None:
+        doc["error"] = f"{type(result.error).__name__}: {result.error}"
+    elif result.interrupted:
+        doc["error"] = "interrupted"
+    return doc
+
+
+def exit_code(result: RunResult) -> int:
+    if result.error is not None:
+        note("engine failure: " + "".join(traceback.format_exception(result.error)).rstrip())
+        return EXIT_ENGINE_FAILURE
+    if result.interrupted:
+        note("interrupted: metrics cover what finished so far (complete: false)")
+        return EXIT_INTERRUPTED
+    return 0
+
+
+def run_headless(opts: dict, output: str | None) -> None:
+    with bad_input_exits():
+        setup = build_setup(opts)
+        check_writable(output)
+    engine = build_engine(setup)
+    result = run_and_report(engine, setup)
+    write_json(metrics_document(result, setup, engine.config.as_dict()), output)
+    sys.exit(exit_code(result))
