@@ -140,13 +140,16 @@ class Engine:
             validate_max_num_seqs(command.value)
         self._controls.put(command)
 
-    def _apply_controls(self) -> None:
+    def apply_pending(self) -> bool:
+        """Apply every queued command now (the step does this first); True if there were any."""
+        applied = False
         while True:
             try:
                 cmd = self._controls.get_nowait()
             except queue.Empty:
-                return
+                return applied
             self.apply(cmd)
+            applied = True
 
     def apply(self, cmd: control.Command) -> None:
         if isinstance(cmd, control.SetMode):
@@ -185,7 +188,7 @@ class Engine:
     def step(self) -> StepSnapshot | None:
         """Run one forward step; None when there was nothing to run (idle until the next arrival)."""
         t_start = self._clock()
-        self._apply_controls()
+        self.apply_pending()
         self._admit_arrivals()
         plan = self.scheduler.schedule()
         t_sched = self._clock()

@@ -33,6 +33,7 @@ class MetricsCollector:
     def __init__(self) -> None:
         self.finished: list[FinishedRequest] = []
         self.last: StepSnapshot | None = None
+        self.first_step_start: float | None = None  # run time when the first forward step began
         self.steps = 0
         self.capacity_slot_steps = 0  # sum of max_num_seqs over steps
         self.useful_slot_steps = 0
@@ -49,6 +50,8 @@ class MetricsCollector:
         self.last = snap
         if not snap.is_step:
             return
+        if self.first_step_start is None:
+            self.first_step_start = snap.t - snap.step_time_s
         self.steps += 1
         self.capacity_slot_steps += snap.max_num_seqs
         waiting = snap.num_waiting > 0

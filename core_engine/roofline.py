@@ -57,3 +57,23 @@ def step_cost(model: ModelConfig, dtype: str, chunks: list[Chunk], num_sampled: 
                     bytes=float(weight_bytes + kv_bytes + act_bytes),
                     weight_flops=float(weight_flops), attn_flops=float(attn_flops),
                     weight_bytes=float(weight_bytes), kv_bytes=float(kv_bytes))
+
+
+def roofline_time(flops: float, nbytes: float, peak_flops: float, peak_bytes_per_s: float) -> float:
+    """The roofline model's time for a step: bound by whichever roof it hits."""
+    return max(flops / peak_flops, nbytes / peak_bytes_per_s)
+
+
+def marginal_sequence_cost(cost: StepCost, batch: int, peak_flops: float, peak_bytes_per_s: float) -> float:
+    """Predicted relative step-time increase from one more sequence like the average one in this batch.
+
+    Weight bytes are read once per step whatever the batch, so below the ridge the increase is small;
+    past it, every extra row adds its FLOPs to a compute-bound step.
+    """
+    if batch < 1 or cost.bytes <= 0:
+        return 0.0
+    per_row_flops = cost.flops / batch
+    per_row_bytes = (cost.bytes - cost.weight_bytes) / batch
+    now = roofline_time(cost.flops, cost.bytes, peak_flops, peak_bytes_per_s)
+    more = roofline_time(cost.flops + per_row_flops, cost.bytes + per_row_bytes, peak_flops, peak_bytes_per_s)
+    return more / now - 1.0

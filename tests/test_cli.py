@@ -120,10 +120,10 @@ def test_ctrl_c_writes_incomplete_metrics_and_exits_130(tmp_path):
     out = tmp_path / "m.json"
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     proc = subprocess.Popen([sys.executable, "-m", "tui", "--headless", *TINY, "--workload", "synthetic",
-                             "--num-requests", "5000", "--prompt-mean", "8", "--output-mean", "8", "-o", str(out)],
+                             "--num-requests", "5000", "--prompt-mean", "4", "--output-mean", "2", "-o", str(out)],
                             stderr=subprocess.PIPE, text=True, env=env)
     assert "building tiny" in proc.stderr.readline()
-    time.sleep(1.5)
+    time.sleep(3.0)
     proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 130, err

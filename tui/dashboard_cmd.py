@@ -1,13 +1,25 @@
-"""`batchtop` with no subcommand: the live dashboard."""
+"""`batchtop` with no subcommand: build the engine, then run the live dashboard over it."""
 
 from __future__ import annotations
 
 import sys
 
-import click
+from core_engine.device_peaks import device_peaks
+from core_engine.telemetry import TelemetrySampler
+from tui.headless_cmd import build_engine, note
+from tui.options import bad_input_exits, build_setup
 
 
-def run_dashboard(opts: dict) -> None:
-    click.echo("batchtop: the dashboard is not built yet; use `batchtop --headless` or `batchtop compare`.",
-               err=True)
-    sys.exit(2)
+def run_dashboard(opts: dict, *, theme: str = "batchtop-dark", start_paused: bool = False) -> None:
+    with bad_input_exits():
+        setup = build_setup(opts)
+    engine = build_engine(setup)
+    note("measuring device peaks (cached after the first run)…")
+    peaks = device_peaks(setup.config.device, setup.config.dtype)
+    from tui.app import BatchtopApp  # Textual loads only here, never on the headless path
+    from tui.bridge import EngineBridge
+
+    bridge = EngineBridge(engine, setup.requests, start_paused=start_paused)
+    app = BatchtopApp(bridge, setup.config, peaks, telemetry=TelemetrySampler(setup.config.device), theme=theme)
+    code = app.run()
+    sys.exit(code or 0)

@@ -1,0 +1,195 @@
+"""The batchtop dashboard: panels over a frame source (the live engine bridge, or a replay).
+
+The engine runs in a Textual thread worker (exit_on_error=False); the UI polls the newest frame on a
+timer and never blocks it. Keys become commands on the source; nothing here touches engine state.
+"""
+
+from __future__ import annotations
+
+from textual import work
+from textual.app import App, ComposeResult
+from textual.binding import Binding
+from textual.containers import Horizontal
+from textual.message import Message
+from textual.widgets import Footer
+from textual.worker import Worker, WorkerState, get_current_worker
+
+from core_engine.config import EngineConfig
+from core_engine.device_peaks import DevicePeaks
+from core_engine.telemetry import TelemetrySampler
+from themes import STYLESHEET, THEMES
+from tui.bridge import EngineBridge
+from tui.frame import DashboardFrame
+from tui.widgets.device import DevicePanel
+from tui.widgets.help_screen import HelpScreen
+from tui.widgets.kv_blocks import KVBlocksPanel
+from tui.widgets.metrics_strip import MetricsStrip
+from tui.widgets.roofline import RooflinePanel
+from tui.widgets.slots import SlotsPanel
+from tui.widgets.status_line import StatusLine, status_text
+from tui.widgets.waiting import WaitingPanel
+
+POLL_HZ = 15
+
+
+class EngineEvent(Message):
+    """A rare event from the engine thread: it crashed, or the workload finished."""
+
+    def __init__(self, kind: str, text: str) -> None:
+        super().__init__()
+        self.kind = kind
+        self.text = text
+
+
+class BatchtopApp(App[int]):
+    CSS_PATH = STYLESHEET
+    TITLE = "batchtop"
+    ENABLE_COMMAND_PALETTE = False
+    BINDINGS = [
+        Binding("s", "toggle_mode", "static/continuous"),
+        Binding("plus,equals_sign", "more_seqs", "+seq", key_display="+"),
+        Binding("minus", "fewer_seqs", "-seq", key_display="-"),
+        Binding("right_square_bracket", "double_seqs", "×2", show=False, key_display="]"),
+        Binding("left_square_bracket", "halve_seqs", "÷2", show=False, key_display="["),
+        Binding("space", "toggle_pause", "pause"),
+        Binding("n", "step", "step", show=False),
+        Binding("b", "burst", "burst"),
+        Binding("r", "restart", "restart", show=False),
+        Binding("v", "toggle_view", "timeline"),
+        Binding("t", "next_theme", "theme", show=False),
+        Binding("question_mark", "help", "help", key_display="?"),
+        Binding("q", "quit", "quit"),
+    ]
+
+    def __init__(self, bridge: EngineBridge, config: EngineConfig, peaks: DevicePeaks | None, *,
+                 device_label: str | None = None, telemetry: TelemetrySampler | None = None,
+                 theme: str = "batchtop-dark", poll_hz: float = POLL_HZ) -> None:
+        super().__init__()
+        self.bridge = bridge
+        self.config = config
+        self.peaks = peaks
+        self.device_label = device_label or (peaks.device_name if peaks is not None else config.device)
+        self.telemetry = telemetry
+        self.poll_hz = poll_hz
+        for t in THEMES:
+            self.register_theme(t)
+        self.theme = theme
+        self._shown: DashboardFrame | None = None
+        self.exit_code = 0
+        bridge.notify = lambda kind, text: self.post_message(EngineEvent(kind, text))
+
+    def compose(self) -> ComposeResult:
+        yield StatusLine(id="status")
+        with Horizontal(id="top"):
+            yield SlotsPanel()
+            yield KVBlocksPanel()
+        with Horizontal(id="bottom"):
+            yield WaitingPanel(self.config.block_size)
+            yield RooflinePanel(self.peaks)
+            yield DevicePanel(self.config, self.peaks)
+        yield MetricsStrip(id="metrics")
+        yield Footer()
+
+    def get_theme_variable_defaults(self) -> dict[str, str]:
+        return dict(THEMES[0].variables)  # panels' own variables resolve under any theme
+
+    def on_mount(self) -> None:
+        self.set_interval(1 / self.poll_hz, self.poll)
+        if self.telemetry is not None:
+            self.telemetry.start()
+        self.run_engine()
+        self.poll()
+
+    @work(thread=True, exit_on_error=False, name="engine", group="engine")
+    def run_engine(self) -> None:
+        worker = get_current_worker()
+        self.bridge.run(lambda: worker.is_cancelled)
+
+    # -- drawing --------------------------------------------------------------------------------
+    def poll(self) -> None:
+        if self.telemetry is not None:
+            self.query_one(DevicePanel).show_telemetry(self.telemetry.latest)
+        frame = self.bridge.frame
+        if frame is self._shown:
+            return
+        self._shown = frame
+        for panel in (SlotsPanel, KVBlocksPanel, WaitingPanel, RooflinePanel, DevicePanel):
+            self.query_one(panel).show(frame)
+        self.query_one(MetricsStrip).show(frame)
+        status = self.query_one(StatusLine)
+        status.update(status_text(frame, self.config, self.device_label, self.status_extra(frame)))
+        status.set_class(frame.state == "error", "-error")
+        status.set_class(frame.state == "paused", "-paused")
+
+    def status_extra(self, frame: DashboardFrame) -> str:
+        if frame.error:
+            return frame.error
+        return frame.caption or ""
+
+    def on_engine_event(self, event: EngineEvent) -> None:
+        if event.kind == "error":
+            self.exit_code = 1
+            self.notify(event.text, title="engine stopped", severity="error", timeout=30)
+        else:
+            self.notify(event.text, title=event.kind)
+        self.poll()
+
+    def on_worker_state_changed(self, event: Worker.StateChanged) -> None:
+        if event.worker.name == "engine" and event.state is WorkerState.ERROR:
+            self.exit_code = 1
+            self.notify(str(event.worker.error), title="engine stopped", severity="error", timeout=30)
+
+    # -- keys -----------------------------------------------------------------------------------
+    def action_toggle_mode(self) -> None:
+        mode = self.bridge.toggle_mode()
+        self.notify(f"mode={mode} from the next admission", timeout=2)
+
+    def _set_seqs(self, value: int) -> None:
+        self.bridge.set_max_num_seqs(value)
+
+    def action_more_seqs(self) -> None:
+        self._set_seqs(self.bridge.current_max_num_seqs() + 1)
+
+    def action_fewer_seqs(self) -> None:
+        self._set_seqs(self.bridge.current_max_num_seqs() - 1)
+
+    def action_double_seqs(self) -> None:
+        self._set_seqs(self.bridge.current_max_num_seqs() * 2)
+
+    def action_halve_seqs(self) -> None:
+        self._set_seqs(self.bridge.current_max_num_seqs() // 2)
+
+    def action_toggle_pause(self) -> None:
+        self.bridge.toggle_pause()
+
+    def action_step(self) -> None:
+        if self.bridge.paused:
+            self.bridge.step_once()
+        else:
+            self.notify("n steps while paused: press space first", timeout=2)
+
+    def action_burst(self) -> None:
+        n = self.bridge.burst()
+        self.notify(f"burst: {n} requests arrive now", timeout=2)
+
+    def action_restart(self) -> None:
+        self.bridge.restart()
+        self.notify("restarting the workload from t=0", timeout=2)
+
+    def action_toggle_view(self) -> None:
+        self.query_one(SlotsPanel).toggle_view()
+
+    def action_next_theme(self) -> None:
+        names = [t.name for t in THEMES]
+        self.theme = names[(names.index(self.theme) + 1) % len(names)] if self.theme in names else names[0]
+        for panel in self.query(".panel"):
+            panel.refresh()
+
+    def action_help(self) -> None:
+        self.push_screen(HelpScreen())
+
+    async def action_quit(self) -> None:
+        self.workers.cancel_group(self, "engine")
+        if self.telemetry is not None:
+            self.telemetry.stop()
+        self.exit(self.exit_code)

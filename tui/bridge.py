@@ -1,0 +1,165 @@
+"""Runs the live engine on a worker thread and publishes frames; the UI only reads and sends commands.
+
+Nothing here touches a widget: the UI polls `frame` on a timer, and rare events (an engine crash, the
+workload finishing) go through the `notify` callback, which the app turns into Textual messages.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import traceback
+from collections.abc import Callable
+
+from core_engine import control
+from core_engine.engine import MAX_NUM_SEQS_LIMIT, Engine
+from core_engine.request import Request
+from core_engine.workload import make_burst
+from tui.frame import DashboardFrame, FrameBuilder
+
+PUBLISH_INTERVAL_S = 0.05
+IDLE_WAIT_S = 0.05
+
+Notify = Callable[[str, str], None]  # (kind, text): kind is "error", "finished" or "info"
+
+
+class EngineBridge:
+    def __init__(self, engine: Engine, requests: list[Request], *, start_paused: bool = False,
+                 notify: Notify | None = None) -> None:
+        self.engine = engine
+        self.requests = requests
+        engine.load_workload(requests)
+        self.notify: Notify = notify or (lambda kind, text: None)
+        self._builder = FrameBuilder(len(requests))
+        self._paused = start_paused
+        self._pending_steps = 0
+        self._restart = False
+        self._wake = threading.Event()
+        self._lock = threading.Lock()
+        self._bursts = 0
+        self._last_publish = 0.0
+        self.caption: str | None = None
+        self.error: str | None = None
+        self._finished_announced = False
+        self.frame: DashboardFrame = self._builder.frame(self._state())
+
+    @property
+    def collector(self):
+        """Metrics of the current run so far (read it once the engine thread has stopped or paused)."""
+        return self._builder.collector
+
+    # -- controls: called from the UI thread --------------------------------------------------
+    @property
+    def paused(self) -> bool:
+        return self._paused
+
+    def toggle_mode(self) -> str:
+        mode = "static" if self._current_mode() == "continuous" else "continuous"
+        self._send(control.SetMode(mode))
+        return mode
+
+    def set_max_num_seqs(self, value: int) -> int:
+        value = max(1, min(MAX_NUM_SEQS_LIMIT, value))
+        self._send(control.SetMaxNumSeqs(value))
+        return value
+
+    def current_max_num_seqs(self) -> int:
+        snap = self.frame.snapshot
+        return snap.max_num_seqs if snap is not None else self.engine.max_num_seqs
+
+    def toggle_pause(self) -> bool:
+        self._paused = not self._paused
+        self._wake.set()
+        return self._paused
+
+    def step_once(self) -> None:
+        with self._lock:
+            self._pending_steps += 1
+        self._wake.set()
+
+    def burst(self, count: int | None = None) -> int:
+        count = count or max(8, self.current_max_num_seqs())
+        self._bursts += 1
+        batch = make_burst(self.requests, count, seed=self.engine.config.seed + self._bursts,
+                           vocab_size=self.engine.config.model.vocab_size, tag=f"burst{self._bursts}")
+        self._builder.total_requests += len(batch)
+        self._send(control.AddRequests(batch))
+        return len(batch)
+
+    def restart(self) -> None:
+        self._restart = True
+        self._wake.set()
+
+    def _send(self, command: control.Command) -> None:
+        self.engine.submit(command)
+        self._wake.set()
+
+    def _current_mode(self) -> str:
+        snap = self.frame.snapshot
+        return snap.mode if snap is not None else self.engine.mode
+
+    # -- the engine thread ----------------------------------------------------------------------
+    def run(self, is_cancelled: Callable[[], bool]) -> None:
+        """The worker body: step while running, wait while paused or done, stop when cancelled."""
+        try:
+            while not is_cancelled():
+                self._loop_once()
+        except Exception as exc:  # the engine is dead; the UI stays up and says why
+            self.error = f"{type(exc).__name__}: {exc}"
+            self._publish(force=True, sample=False)
+            self.notify("error", self.error + "\n" + traceback.format_exc(limit=6))
+
+    def _loop_once(self) -> None:
+        if self._restart:
+            self._restart = False
+            self.engine.reset()
+            self._builder = FrameBuilder(len(self.requests))
+            self._finished_announced = False
+        with self._lock:
+            single = self._pending_steps > 0
+        if (self._paused and not single) or (self.engine.is_done() and not single):
+            self._idle()
+            return
+        snap = self.engine.step()
+        if single:
+            with self._lock:
+                self._pending_steps -= 1
+        if snap is None:
+            self._builder.observe(self.engine.latest)
+            wait = self.engine.seconds_until_next_arrival()
+            self._publish(force=single, sample=False)
+            if wait:
+                self._wake.wait(min(wait, IDLE_WAIT_S))
+                self._wake.clear()
+            return
+        self._builder.observe(snap)
+        self._publish(force=single)
+
+    def _idle(self) -> None:
+        """Apply controls sent while paused (so the status line follows at once) and wait."""
+        if self.engine.apply_pending():
+            self._builder.observe(self.engine.snapshot())
+        if self.engine.is_done() and not self._finished_announced and self._builder.last is not None:
+            self._finished_announced = True
+            self.notify("finished", "workload finished — press r to run it again")
+        self._publish(force=True, sample=False)
+        self._wake.wait(0.1)
+        self._wake.clear()
+
+    def _state(self) -> str:
+        if self.error is not None:
+            return "error"
+        if self._paused:
+            return "paused"
+        if self.engine.is_done():
+            return "finished"
+        return "running"
+
+    def _publish(self, force: bool = False, sample: bool = True) -> None:
+        now = time.monotonic()
+        if not force and now - self._last_publish < PUBLISH_INTERVAL_S:
+            return
+        self._last_publish = now
+        if sample:
+            self._builder.sample_rate()
+        self.frame = self._builder.frame(self._state(), self.error, self.caption)

@@ -1,0 +1,104 @@
+"""What the dashboard draws at one moment: the newest snapshot plus the short histories panels need.
+
+Built on the engine thread (or by replay) and handed to the UI by swapping one reference, so the UI
+never reads anything the engine is still changing.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+
+from core_engine.metrics import MetricsCollector, RateWindow, percentiles
+from core_engine.request import Phase
+from core_engine.snapshot import StepSnapshot
+
+TIMELINE_STEPS = 240  # steps the slot timeline keeps
+SPARK_POINTS = 120  # samples the sparklines keep
+TRAIL_POINTS = 24  # recent steps drawn on the roofline
+
+SlotColumn = tuple[tuple[int, Phase], ...]  # per slot: (request index, phase) in one step
+
+
+@dataclass(frozen=True, slots=True)
+class RooflinePoint:
+    intensity: float  # FLOP / byte
+    flops_per_s: float
+    decode: bool  # a pure decode step (no prefill tokens)
+    batch: int
+
+
+@dataclass(frozen=True, slots=True)
+class LiveMetrics:
+    tok_s_now: float = 0.0
+    tok_s_history: tuple[float, ...] = ()
+    batch_history: tuple[float, ...] = ()
+    ttft_p50: float | None = None
+    ttft_p99: float | None = None
+    tpot_p50: float | None = None
+    tpot_p99: float | None = None
+    slot_utilization: float = 0.0
+    kv_utilization: float = 0.0
+    preemptions: int = 0
+    completed: int = 0
+    rejected: int = 0
+    total: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class DashboardFrame:
+    snapshot: StepSnapshot | None
+    metrics: LiveMetrics
+    timeline: tuple[tuple[SlotColumn, bool], ...] = ()  # (column, requests were waiting) per step
+    trail: tuple[RooflinePoint, ...] = ()
+    state: str = "paused"  # running | paused | finished | error | replay
+    error: str | None = None
+    caption: str | None = None  # scripted demos explain each stage here
+
+
+@dataclass
+class FrameBuilder:
+    """Folds snapshots into frames; owned by whichever thread produces snapshots."""
+
+    total_requests: int
+    collector: MetricsCollector = field(default_factory=MetricsCollector)
+    rate: RateWindow = field(default_factory=RateWindow)
+    timeline: deque = field(default_factory=lambda: deque(maxlen=TIMELINE_STEPS))
+    tok_s: deque = field(default_factory=lambda: deque(maxlen=SPARK_POINTS))
+    batch: deque = field(default_factory=lambda: deque(maxlen=SPARK_POINTS))
+    trail: deque = field(default_factory=lambda: deque(maxlen=TRAIL_POINTS))
+    last: StepSnapshot | None = None
+    _generated: int = 0
+
+    def observe(self, snap: StepSnapshot) -> None:
+        self.last = snap
+        self.collector.observe(snap)
+        if not snap.is_step:
+            return
+        generated = snap.counters.generated_tokens
+        self.rate.add(snap.t, generated - self._generated)
+        self._generated = generated
+        self.timeline.append((tuple((s.index, s.phase) for s in snap.slots), snap.num_waiting > 0))
+        self.batch.append(float(snap.num_seqs))
+        if snap.forward_s > 0 and snap.cost.bytes > 0:  # device work over the forward's own time
+            self.trail.append(RooflinePoint(snap.cost.intensity, snap.cost.flops / snap.forward_s,
+                                            snap.num_prefill_tokens == 0, snap.num_seqs))
+
+    def sample_rate(self) -> None:
+        """One sparkline sample; called at the publish rate so the sparkline scrolls in time."""
+        self.tok_s.append(self.rate.rate())
+
+    def frame(self, state: str, error: str | None = None, caption: str | None = None) -> DashboardFrame:
+        c = self.collector
+        counters = self.last.counters if self.last is not None else None
+        ttft = percentiles([f.ttft_s for f in c.finished if f.ttft_s is not None], (50, 99))
+        tpot = percentiles([f.tpot_s for f in c.finished if f.tpot_s is not None], (50, 99))
+        kv = (c.used_block_sum / (c.steps * self.last.num_blocks)) if c.steps and self.last else 0.0
+        metrics = LiveMetrics(
+            tok_s_now=self.rate.rate(), tok_s_history=tuple(self.tok_s), batch_history=tuple(self.batch),
+            ttft_p50=ttft["p50"], ttft_p99=ttft["p99"], tpot_p50=tpot["p50"], tpot_p99=tpot["p99"],
+            slot_utilization=c.useful_slot_steps / c.capacity_slot_steps if c.capacity_slot_steps else 0.0,
+            kv_utilization=kv, preemptions=counters.preemptions if counters else 0,
+            completed=counters.completed if counters else 0, rejected=counters.rejected if counters else 0,
+            total=self.total_requests)
+        return DashboardFrame(self.last, metrics, tuple(self.timeline), tuple(self.trail), state, error, caption)

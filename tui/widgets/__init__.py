@@ -1,0 +1,1 @@
+"""One dashboard panel per module; every panel draws from a DashboardFrame."""

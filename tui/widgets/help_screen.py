@@ -1,0 +1,52 @@
+"""`?`: what each panel shows, two lines each, and the keys."""
+
+from __future__ import annotations
+
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import VerticalScroll
+from textual.screen import ModalScreen
+from textual.widgets import Markdown
+
+HELP = """\
+# batchtop
+
+**Slots** — one cell per `max_num_seqs` slot: its request, phase (▸ prefill, ● decode, ░ padding,
+‖ idle, · empty) and progress. Red cells are *bubbles*: slots doing no useful work while requests wait.
+
+**Slots timeline** (`v`) — rows are slots, columns recent steps, coloured by request. Static batching
+shows blocks with ragged padded ends and gaps; continuous batching refills a slot the next step.
+
+**KV blocks** — the paged KV pool, one cell per block (or per group when there are thousands),
+coloured by the request that owns it. When free blocks run out, admission stops: usually the real limit.
+
+**Waiting** — the queue in order with prompt length, max_tokens and time waited; the first line says
+why the head waits (static batch running, slots full, or KV full). ↺ marks a preempted request.
+
+**Roofline** — each step's arithmetic intensity against this device's memory and compute roofs
+(log-log). Left of the ridge decode is memory-bound: one more sequence is nearly free.
+
+**Device** — the device, its roofs and where they come from, and live telemetry (NVML on GPUs).
+
+**Metrics** — generated tok/s now and its history, batch size per step, TTFT and TPOT p50/p99,
+slot and KV utilisation, preemptions, completed/total.
+
+| key | action |
+| --- | --- |
+| `s` | toggle static / continuous batching (next admission; no request lost) |
+| `+` `=` / `-` | raise / lower max_num_seqs by one |
+| `]` / `[` | double / halve max_num_seqs |
+| `space` | pause / resume the engine; `n` runs one step while paused |
+| `b` | inject a burst of requests; `r` restarts the workload |
+| `v` | Slots grid / timeline; `t` next theme; `q` quit |
+
+Press `escape` or `?` to close.
+"""
+
+
+class HelpScreen(ModalScreen[None]):
+    BINDINGS = [Binding("escape,question_mark,q", "dismiss", "close")]
+
+    def compose(self) -> ComposeResult:
+        with VerticalScroll(id="help"):
+            yield Markdown(HELP)

@@ -1,0 +1,45 @@
+"""The metrics strip: throughput now with its sparkline, batch size per step, latency and utilisation."""
+
+from __future__ import annotations
+
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.containers import Horizontal
+from textual.widgets import Label, Sparkline
+
+from tui.frame import DashboardFrame, LiveMetrics
+
+
+def ms(value: float | None) -> str:
+    return "–" if value is None else f"{value * 1e3:.0f}"
+
+
+class MetricsStrip(Horizontal):
+    """Two sparklines with their labels, and a block of numbers."""
+
+    def compose(self) -> ComposeResult:
+        yield Label("tok/s", id="tok-label", classes="spark-label")
+        yield Sparkline([], id="tok-spark", summary_function=max)
+        yield Label("batch", id="batch-label", classes="spark-label")
+        yield Sparkline([], id="batch-spark", summary_function=max)
+        yield Label("", id="numbers")
+
+    def show(self, frame: DashboardFrame) -> None:
+        m = frame.metrics
+        self.query_one("#tok-label", Label).update(f"tok/s {m.tok_s_now:>5.0f}")
+        self.query_one("#tok-spark", Sparkline).data = list(m.tok_s_history) or [0.0]
+        batch_now = frame.snapshot.num_seqs if frame.snapshot is not None else 0
+        self.query_one("#batch-label", Label).update(f"batch {batch_now:>5d}")
+        self.query_one("#batch-spark", Sparkline).data = list(m.batch_history) or [0.0]
+        self.query_one("#numbers", Label).update(numbers(m))
+
+
+def numbers(m: LiveMetrics) -> Text:
+    text = Text(no_wrap=True, overflow="ellipsis")
+    text.append(f"TTFT p50/p99 {ms(m.ttft_p50)}/{ms(m.ttft_p99)} ms  ")
+    text.append(f"TPOT {ms(m.tpot_p50)}/{ms(m.tpot_p99)} ms\n")
+    text.append(f"slots {100 * m.slot_utilization:.0f}%  KV {100 * m.kv_utilization:.0f}%  ")
+    text.append(f"preempt {m.preemptions}  done {m.completed}/{m.total}")
+    if m.rejected:
+        text.append(f"  rejected {m.rejected}")
+    return text

@@ -1,0 +1,98 @@
+"""The Roofline panel: where each step sits, log-log, against this device's memory and compute roofs.
+
+x is arithmetic intensity (FLOP per byte moved), y achieved FLOP/s. Left of the ridge a step is
+memory-bound: it reads the weights once whatever the batch, so one more sequence is nearly free and
+raising max_num_seqs moves the decode point right along the sloped roof.
+"""
+
+from __future__ import annotations
+
+import math
+
+from rich.text import Text
+
+from core_engine.device_peaks import DevicePeaks
+from core_engine.roofline import marginal_sequence_cost
+from tui.frame import DashboardFrame
+from tui.widgets.panel import Panel
+
+
+def si(value: float, unit: str) -> str:
+    for factor, prefix in ((1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if abs(value) >= factor:
+            return f"{value / factor:.3g} {prefix}{unit}"
+    return f"{value:.3g} {unit}"
+
+
+class RooflinePanel(Panel):
+    def __init__(self, peaks: DevicePeaks | None, *, id: str | None = "roofline") -> None:
+        super().__init__(id=id)
+        self.peaks = peaks
+
+    def update_titles(self, frame: DashboardFrame) -> None:
+        self.border_title = "Roofline"
+        if self.peaks is not None:
+            self.border_subtitle = f"● decode ▲ prefill · ridge {self.peaks.ridge_flop_per_byte:.1f} FLOP/B"
+
+    def verdict(self, frame: DashboardFrame) -> str:
+        snap, peaks = frame.snapshot, self.peaks
+        if snap is None or not snap.is_step or peaks is None:
+            return "no step yet"
+        intensity = snap.cost.intensity
+        extra = marginal_sequence_cost(snap.cost, snap.num_seqs, peaks.peak_flops, peaks.peak_bytes_per_s)
+        if intensity < peaks.ridge_flop_per_byte:
+            return f"memory-bound: +1 sequence costs ~{100 * extra:.0f}%"
+        return f"past the ridge: +1 sequence costs ~{100 * extra:.0f}%"
+
+    def render(self) -> Text:
+        frame, peaks = self.frame, self.peaks
+        if peaks is None:
+            return self.placeholder("device peaks unknown")
+        if frame is None:
+            return self.placeholder("no step yet")
+        width, height = max(10, self.content_size.width), max(4, self.content_size.height)
+        plot_h = height - 2  # last two lines: x labels and the verdict
+        ridge = peaks.ridge_flop_per_byte
+        x_lo = 10 ** (math.floor(math.log10(ridge)) - 2)
+        x_hi = 10 ** (math.ceil(math.log10(ridge)) + 1)
+        y_hi = peaks.peak_flops * 1.5
+        y_lo = peaks.peak_bytes_per_s * x_lo / 1.5
+        lx0, lxs = math.log10(x_lo), math.log10(x_hi) - math.log10(x_lo)
+        ly0, lys = math.log10(y_lo), math.log10(y_hi) - math.log10(y_lo)
+
+        def col(x: float) -> int:
+            return round((math.log10(max(x, x_lo)) - lx0) / lxs * (width - 1))
+
+        def row(y: float) -> int:
+            return plot_h - 1 - round((math.log10(max(y, y_lo)) - ly0) / lys * (plot_h - 1))
+
+        grid: list[list[tuple[str, str]]] = [[(" ", "muted")] * width for _ in range(plot_h)]
+        for c in range(width):
+            x = 10 ** (lx0 + c / (width - 1) * lxs)
+            r = row(peaks.roof(x))
+            if 0 <= r < plot_h:
+                grid[r][c] = ("─" if x >= ridge else "·", "roof")
+        rc = col(ridge)
+        for r in range(row(peaks.peak_flops) + 1, plot_h):
+            if grid[r][rc][0] == " ":
+                grid[r][rc] = ("┊", "roof")
+        label = f"{si(peaks.peak_flops, 'FLOP/s')} · {si(peaks.peak_bytes_per_s, 'B/s')}"
+        if all(glyph == " " for glyph, _ in grid[0][:len(label) + 1]):
+            grid[0][:len(label)] = [(ch, "muted") for ch in label]
+        trail = frame.trail
+        for i, p in enumerate(trail):
+            r, c = row(p.flops_per_s), col(p.intensity)
+            if 0 <= r < plot_h and 0 <= c < width:
+                last = i == len(trail) - 1
+                glyph = ("●" if p.decode else "▲") if last else "•"
+                grid[r][c] = (glyph, ("point-decode" if p.decode else "point-prefill") + ("!" if last else ""))
+        text = Text(no_wrap=True, overflow="crop")
+        for r, line in enumerate(grid):
+            for glyph, colour in line:
+                bold = colour.endswith("!")
+                text.append(glyph, self.style(colour.rstrip("!"), bold=bold, dim=not bold and colour.startswith("point")))
+            text.append("\n")
+        axis = f"{si(x_lo, 'FLOP/B')}".ljust(width // 2) + f"{si(x_hi, 'FLOP/B')}".rjust(width - width // 2)
+        text.append(axis[:width] + "\n", self.style("muted"))
+        text.append(self.verdict(frame)[:width], self.style("foreground", bold=True))
+        return text

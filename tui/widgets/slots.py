@@ -1,0 +1,127 @@
+"""The Slots panel: who holds each of max_num_seqs slots, in which phase, how far along.
+
+Bubbles — a slot that is empty, idle or padding while requests wait — are drawn on the $bubble colour,
+so the waste static batching leaves behind is the first thing the eye finds. `v` flips the panel to a
+timeline (tui.widgets.slot_timeline).
+"""
+
+from __future__ import annotations
+
+from rich.text import Text
+
+from core_engine.request import Phase
+from core_engine.snapshot import SlotView, StepSnapshot
+from tui.frame import DashboardFrame
+from tui.widgets.panel import Panel
+from tui.widgets.slot_timeline import render_timeline
+
+GLYPH = {Phase.PREFILL: "▸", Phase.DECODE: "●", Phase.PADDING: "░", Phase.IDLE: "‖", Phase.EMPTY: "·"}
+WASTED = (Phase.EMPTY, Phase.IDLE, Phase.PADDING)
+DETAILED_WIDTH, MEDIUM_WIDTH, COMPACT_WIDTH = 34, 13, 3
+
+
+def is_bubble(slot: SlotView, snap: StepSnapshot) -> bool:
+    return slot.phase in WASTED and snap.num_waiting > 0 and slot.slot < snap.max_num_seqs
+
+
+def progress(slot: SlotView) -> tuple[int, int]:
+    """(done, total): prompt tokens while prefilling, generated tokens after."""
+    if slot.phase is Phase.PREFILL:
+        return slot.num_computed, slot.prompt_len
+    return slot.num_generated, slot.max_tokens
+
+
+class SlotsPanel(Panel):
+    def __init__(self, *, id: str | None = "slots") -> None:
+        super().__init__(id=id)
+        self.timeline = False
+
+    def toggle_view(self) -> None:
+        self.timeline = not self.timeline
+        if self.frame is not None:
+            self.update_titles(self.frame)
+        self.refresh()
+
+    def update_titles(self, frame: DashboardFrame) -> None:
+        snap = frame.snapshot
+        view = "timeline" if self.timeline else "grid"
+        if snap is None:
+            self.border_title = f"Slots · {view}"
+            return
+        busy = sum(1 for s in snap.slots if s.phase in (Phase.PREFILL, Phase.DECODE))
+        bubbles = sum(1 for s in snap.slots if is_bubble(s, snap))
+        self.border_title = f"Slots {busy}/{snap.max_num_seqs} busy · {view}"
+        self.border_subtitle = f"{bubbles} bubble{'s' * (bubbles != 1)}" if bubbles else "v: grid/timeline"
+
+    def render(self) -> Text:
+        frame = self.frame
+        if frame is None or frame.snapshot is None:
+            return self.placeholder("waiting for the first step…")
+        width, height = self.content_size.width, self.content_size.height
+        if self.timeline:
+            return render_timeline(self, frame, width, height)
+        return self.render_grid(frame.snapshot, width, height)
+
+    def render_grid(self, snap: StepSnapshot, width: int, height: int) -> Text:
+        slots = snap.slots
+        for cell_width, draw in ((DETAILED_WIDTH, self._detailed), (MEDIUM_WIDTH, self._medium),
+                                 (COMPACT_WIDTH, self._compact)):
+            cols = max(1, width // cell_width)
+            if cols * max(1, height) >= len(slots) or cell_width == COMPACT_WIDTH:
+                break
+        rows = -(-len(slots) // cols)
+        text = Text(no_wrap=True, overflow="crop")
+        for r in range(min(rows, height)):
+            if r:
+                text.append("\n")
+            for c in range(cols):
+                i = c * rows + r  # column-major: slot numbers run down, then across
+                if i < len(slots):
+                    draw(text, slots[i], snap, cell_width)
+        if rows > height:
+            text.append(f"\n… {len(slots) - cols * height} more slots (widen the window)", self.style("muted"))
+        return text
+
+    def _cell_style(self, slot: SlotView, snap: StepSnapshot):
+        if is_bubble(slot, snap):
+            return self.style("background", bgcolor_var="bubble", bold=True)
+        if slot.phase is Phase.EMPTY:
+            return self.style("slot-empty")
+        if slot.phase is Phase.PADDING:
+            return self.style("phase-padding")
+        return self.style(f"req-{slot.index % 12}", bold=slot.phase is Phase.PREFILL)
+
+    def _bar(self, text: Text, slot: SlotView, length: int) -> None:
+        done, total = progress(slot)
+        filled = round(length * done / total) if total else 0
+        colour = "phase-padding" if slot.phase is Phase.PADDING else f"req-{slot.index % 12}"
+        text.append("█" * filled, self.style(colour))
+        text.append("░" * (length - filled), self.style("slot-empty"))
+
+    def _detailed(self, text: Text, slot: SlotView, snap: StepSnapshot, width: int) -> None:
+        style = self._cell_style(slot, snap)
+        text.append(f"{slot.slot:>3} ", self.style("muted"))
+        if slot.phase is Phase.EMPTY:
+            label = "bubble: empty while requests wait" if is_bubble(slot, snap) else "empty"
+            text.append(f"{GLYPH[slot.phase]} {label:<{width - 7}.{width - 7}}", style)
+            text.append(" ")
+            return
+        done, total = progress(slot)
+        text.append(f"{GLYPH[slot.phase]} {slot.request_id:<8.8}", style)
+        text.append(" ")
+        self._bar(text, slot, 8)
+        text.append(f" {done:>4}/{total:<4}", self.style("foreground"))
+        text.append(" " * (width - 4 - 10 - 1 - 8 - 10))
+
+    def _medium(self, text: Text, slot: SlotView, snap: StepSnapshot, width: int) -> None:
+        style = self._cell_style(slot, snap)
+        if slot.phase is Phase.EMPTY:
+            text.append(f"{GLYPH[slot.phase]}{'':<{width - 2}}", style)
+        else:
+            text.append(f"{GLYPH[slot.phase]}{slot.request_id:<6.6}", style)
+            self._bar(text, slot, width - 8)
+        text.append(" ")
+
+    def _compact(self, text: Text, slot: SlotView, snap: StepSnapshot, width: int) -> None:
+        text.append(GLYPH[slot.phase] * (width - 1), self._cell_style(slot, snap))
+        text.append(" ")

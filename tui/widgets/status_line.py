@@ -1,0 +1,32 @@
+"""The status line: mode, max_num_seqs, device and model, and whether the engine runs."""
+
+from __future__ import annotations
+
+from rich.text import Text
+from textual.widgets import Static
+
+from core_engine.config import EngineConfig
+from tui.frame import DashboardFrame
+
+STATE_LABEL = {"running": "● running", "paused": "‖ paused", "finished": "■ finished", "error": "✖ engine stopped",
+               "replay": "▶ replay"}
+
+
+def status_text(frame: DashboardFrame, config: EngineConfig, device_label: str, extra: str = "") -> Text:
+    snap = frame.snapshot
+    mode = snap.mode if snap is not None else config.mode
+    max_num_seqs = snap.max_num_seqs if snap is not None else config.max_num_seqs
+    text = Text(no_wrap=True, overflow="ellipsis")
+    text.append(f" mode={mode} ", "bold reverse")
+    text.append(f" max_num_seqs={max_num_seqs} ", "bold")
+    text.append(f"│ {STATE_LABEL.get(frame.state, frame.state)} ", "bold")
+    if snap is not None:
+        text.append(f"│ step {snap.counters.steps} · t {snap.t:.1f}s ")
+    text.append(f"│ {config.model.name} · {config.dtype} · {device_label} ")
+    if extra:
+        text.append(f"│ {extra}")
+    return text
+
+
+class StatusLine(Static):
+    pass
