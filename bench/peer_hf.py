@@ -5,33 +5,41 @@ t=0) for three systems, side by side in one run:
 
 1. ours: core_engine.Engine in continuous mode (paged KV cache, chunked prefill);
 2. HF continuous batching: transformers' ContinuousBatchingManager (`init_continuous_batching`),
-   sdpa attention over its paged cache, per-request max_new_tokens, EOS disabled;
-3. HF static: `model.generate()` on fixed batches of max-batch requests (left padding), counting
-   only the tokens each request asked for.
+   sdpa attention over its paged cache, per-request max_new_tokens, EOS disabled, sized like ours
+   (same block size, KV pool, per-step token budget and max requests per step);
+3. HF static: `model.generate()` on consecutive batches of max-batch requests (left padding); each
+   batch runs to its longest request and only the tokens each request asked for are counted.
 
-All three run the `cpu-demo` dims in bfloat16 with identical weights (our state_dict loaded into
-transformers' LlamaForCausalLM), greedy decoding, and generate exactly max_tokens per request.
-Each system is warmed up on a couple of short requests before it is timed. The script also
-reports how often our greedy tokens agree with HF's over the first few tokens of every request.
+All three run the same model dims in bfloat16 with identical weights (our state_dict loaded into
+transformers' LlamaForCausalLM), greedy decoding, exactly max_tokens per request, torch's default
+thread count. Each system is warmed up on a couple of short requests first; the timed runs are
+interleaved round by round (--repeats) so background load hits all systems alike, and the table
+reports the best and the median round. It also reports how often our greedy tokens equal HF's over
+the first few tokens of every request (same weights, but bf16 rounding may flip near-ties).
 
-Run (a few minutes on 2 CPU cores):
+Run (about four minutes on 2 CPU cores with the defaults):
 
     python bench/peer_hf.py
-    python bench/peer_hf.py --num-requests 64 --max-batch 16 --profile
+    python bench/peer_hf.py --num-requests 32 --repeats 1 --skip-static --profile
 """
 
 from __future__ import annotations
 
 import argparse
 import logging
+import statistics
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run as a plain script from anywhere
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # runnable as a plain script
+
+import transformers  # noqa: E402
+from transformers import AutoModelForCausalLM, ContinuousBatchingConfig, GenerationConfig, LlamaConfig  # noqa: E402
 
 from core_engine.config import EngineConfig, preset  # noqa: E402
 from core_engine.engine import Engine  # noqa: E402
@@ -39,28 +47,43 @@ from core_engine.headless import run_workload  # noqa: E402
 from core_engine.request import Request  # noqa: E402
 from core_engine.workload import WorkloadSpec, load_workload  # noqa: E402
 
-import transformers  # noqa: E402
-from transformers import ContinuousBatchingConfig, GenerationConfig, LlamaConfig, LlamaForCausalLM  # noqa: E402
-
 DTYPE = "bfloat16"
 NO_EOS = -1  # transformers' continuous batching: a negative id means "no end-of-sequence token"
 PAD_ID = 0  # any valid id: padded positions are masked out of attention
 WARMUP_MAX_TOKENS = 8
 
+Outputs = dict[str, list[int]]
+
+
+@dataclass
+class Timed:
+    """One timed pass over the workload."""
+
+    wall_s: float
+    outputs: Outputs
+    steps: int | None = None  # forward steps, where the system exposes them
+
 
 @dataclass
 class RunStats:
-    """One system's timed run: wall clock, useful generated tokens and each request's output ids."""
+    """All timed passes of one system; tokens are the useful generated tokens of one pass."""
 
     name: str
-    wall_s: float
     tokens: int
-    outputs: dict[str, list[int]] = field(default_factory=dict)
-    note: str = ""
+    note: str
+    passes: list[Timed] = field(default_factory=list)
 
     @property
-    def tok_s(self) -> float:
-        return self.tokens / self.wall_s if self.wall_s > 0 else 0.0
+    def best_s(self) -> float:
+        return min(p.wall_s for p in self.passes)
+
+    @property
+    def median_s(self) -> float:
+        return statistics.median(p.wall_s for p in self.passes)
+
+    @property
+    def outputs(self) -> Outputs:
+        return self.passes[0].outputs
 
 
 # -- setup --------------------------------------------------------------------------------------
@@ -72,17 +95,21 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--max-batch", type=int, default=16,
                    help="max sequences per step: our max_num_seqs, HF max_requests_per_batch, static batch size")
     p.add_argument("--max-batched-tokens", type=int, default=256,
-                   help="token budget of one forward step (ours and HF's max_batch_tokens)")
+                   help="token budget of one forward step (ours: max_num_batched_tokens, HF: max_batch_tokens)")
     p.add_argument("--block-size", type=int, default=16, help="tokens per KV block (HF: page_size)")
     p.add_argument("--num-kv-blocks", type=int, default=2048, help="KV pool size in blocks (HF: num_blocks)")
     p.add_argument("--prompt-mean", type=float, default=64.0, help="lognormal mean prompt length")
     p.add_argument("--output-mean", type=float, default=64.0, help="lognormal mean output length")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--repeats", type=int, default=2, help="timed passes per system, interleaved")
     p.add_argument("--match-tokens", type=int, default=8, help="compare greedy outputs over this many tokens")
     p.add_argument("--skip-static", action="store_true", help="do not run HF static generate()")
     p.add_argument("--profile", action="store_true",
-                   help="after timing, profile one decode-heavy step of ours and of HF continuous batching")
-    return p.parse_args(argv)
+                   help="then profile one more pass of ours and of HF continuous batching (ms per step by op)")
+    args = p.parse_args(argv)
+    if args.repeats < 1 or args.num_requests < 1 or args.max_batch < 1:
+        p.error("--repeats, --num-requests and --max-batch must be >= 1")
+    return args
 
 
 def engine_config(args: argparse.Namespace) -> EngineConfig:
@@ -98,13 +125,18 @@ def make_workload(args: argparse.Namespace, vocab_size: int) -> list[Request]:
 
 
 def warmup_requests(workload: list[Request], count: int = 2) -> list[Request]:
-    """A couple of short requests (prompts borrowed from the workload) to warm each system up."""
+    """A couple of short requests (prompts borrowed from the workload) to warm a system up."""
     return [Request(f"warm{i}", r.prompt_token_ids, min(WARMUP_MAX_TOKENS, r.max_tokens))
             for i, r in enumerate(workload[:count])]
 
 
-def hf_model_from(engine: Engine) -> LlamaForCausalLM:
-    """transformers' LlamaForCausalLM with our dims, dtype and exact weights, sdpa attention, no EOS."""
+def renamed(requests: list[Request], tag: str) -> list[Request]:
+    """The same requests under fresh ids (HF's manager keeps one id space for its whole life)."""
+    return [Request(f"{tag}-{r.id}", r.prompt_token_ids, r.max_tokens) for r in requests]
+
+
+def hf_model_from(engine: Engine) -> torch.nn.Module:
+    """transformers' LlamaForCausalLM with our dims, dtype and exact weights; sdpa attention; no EOS."""
     m = engine.config.model
     config = LlamaConfig(
         vocab_size=m.vocab_size, hidden_size=m.hidden_size, intermediate_size=m.intermediate_size,
@@ -112,7 +144,7 @@ def hf_model_from(engine: Engine) -> LlamaForCausalLM:
         num_key_value_heads=m.num_key_value_heads, max_position_embeddings=m.max_position_embeddings,
         rope_theta=m.rope_theta, rms_norm_eps=m.rms_norm_eps, tie_word_embeddings=False,
         attention_bias=False, mlp_bias=False, bos_token_id=None, eos_token_id=None, pad_token_id=PAD_ID)
-    model = LlamaForCausalLM._from_config(config, attn_implementation="sdpa", dtype=torch.bfloat16)
+    model = AutoModelForCausalLM.from_config(config, dtype=torch.bfloat16, attn_implementation="sdpa")
     model.load_state_dict(engine.runner.model.state_dict(), strict=True)  # rotary buffers are not persistent
     model.generation_config.eos_token_id = None
     model.generation_config.pad_token_id = PAD_ID
@@ -120,7 +152,7 @@ def hf_model_from(engine: Engine) -> LlamaForCausalLM:
 
 
 # -- ours ---------------------------------------------------------------------------------------
-def run_ours(engine: Engine, requests: list[Request]) -> RunStats:
+def ours_pass(engine: Engine, requests: list[Request]) -> Timed:
     """The whole workload through a fresh engine that shares the (warm) model and KV pool."""
     fresh = Engine(engine.config, runner=engine.runner)
     t0 = time.perf_counter()
@@ -129,59 +161,50 @@ def run_ours(engine: Engine, requests: list[Request]) -> RunStats:
     if not result.complete:
         raise RuntimeError(f"our engine did not complete: {result.error!r}")
     outputs = {f.request_id: list(f.output_token_ids) for f in result.collector.finished}
-    summary = result.collector.summary(fresh.config.as_dict())
-    return RunStats("ours (continuous)", wall, summary["tokens"]["generated"], outputs,
-                    note=f"{summary['steps']} steps, mean batch {summary['batch_size']['mean']:.1f}")
+    return Timed(wall, outputs, result.collector.steps)
 
 
 # -- Hugging Face continuous batching -------------------------------------------------------------
 def hf_cb_config(args: argparse.Namespace) -> ContinuousBatchingConfig:
-    """Sized like our engine: same block size, pool capacity, token budget and max batch."""
+    """Sized like our engine: same block size, pool capacity, per-step token budget and max batch."""
     return ContinuousBatchingConfig(
         page_size=args.block_size,
         num_blocks=args.num_kv_blocks,
         max_batch_tokens=args.max_batched_tokens,
         max_requests_per_batch=args.max_batch,
-        allow_block_sharing=False,  # random prompts share no prefix: hashing blocks would be pure overhead
+        allow_block_sharing=False,  # random prompts share no prefix: block hashing would be pure overhead
         auto_switch_to_flash=False,  # keep sdpa (no flash-attn on CPU anyway)
         scheduler_type="fifo",
-        seed=args.seed,
+        seed=0,
     )
 
 
-def hf_cb_manager(model: LlamaForCausalLM, args: argparse.Namespace):
+def hf_cb_manager(model: torch.nn.Module, args: argparse.Namespace):
+    """A started ContinuousBatchingManager: greedy, no EOS; max_new_tokens is set per request."""
     gen = GenerationConfig(do_sample=False, eos_token_id=NO_EOS, pad_token_id=PAD_ID, max_new_tokens=1)
     manager = model.init_continuous_batching(generation_config=gen, continuous_batching_config=hf_cb_config(args))
     manager.start()
     return manager
 
 
-def hf_cb_generate(manager, requests: list[Request]) -> tuple[float, dict[str, list[int]]]:
-    """Submit every request at once (per-request max_new_tokens, no EOS); wall clock until the last one ends."""
-    with manager.pause():  # all requests are queued before the loop takes its first step
+def hf_cb_pass(manager, requests: list[Request]) -> Timed:
+    """Submit every request at once (its own max_new_tokens, no EOS); wall clock until the last one ends."""
+    first_step = manager.current_batch
+    with manager.pause():  # every request is queued before the loop takes its first step
         for r in requests:
             manager.add_request(list(r.prompt_token_ids), request_id=r.id, max_new_tokens=r.max_tokens,
                                 eos_token_id=NO_EOS)
         t0 = time.perf_counter()
-    outputs: dict[str, list[int]] = {}
+    outputs: Outputs = {}
     while len(outputs) < len(requests):
-        result = manager.get_result(timeout=60)
+        result = manager.get_result(timeout=120)
         if result is None:
             raise RuntimeError(f"HF continuous batching stalled after {len(outputs)}/{len(requests)} requests")
         if result.error is not None:
             raise RuntimeError(f"HF request {result.request_id} failed: {result.error}")
         if result.is_finished():
             outputs[result.request_id] = list(result.generated_tokens)
-    return time.perf_counter() - t0, outputs
-
-
-def run_hf_continuous(manager, requests: list[Request]) -> RunStats:
-    wall, outputs = hf_cb_generate(manager, requests)
-    tokens = sum(len(outputs[r.id]) for r in requests)
-    cfg = manager.continuous_batching_config
-    return RunStats("HF continuous batching", wall, tokens, outputs,
-                    note=f"page_size {cfg.page_size}, max_batch_tokens {cfg.max_batch_tokens}, "
-                         f"max_requests_per_batch {cfg.max_requests_per_batch}")
+    return Timed(time.perf_counter() - t0, outputs, manager.current_batch - first_step)
 
 
 # -- Hugging Face static generate() ---------------------------------------------------------------
@@ -195,135 +218,164 @@ def left_padded(batch: list[Request]) -> tuple[torch.Tensor, torch.Tensor]:
     return ids, mask
 
 
-def static_generate(model: LlamaForCausalLM, batch: list[Request]) -> dict[str, list[int]]:
+def static_generate(model: torch.nn.Module, batch: list[Request]) -> Outputs:
     """One generate() call: the batch runs until its longest request is done; each keeps what it asked for."""
     ids, mask = left_padded(batch)
     max_new = max(r.max_tokens for r in batch)
-    gen = GenerationConfig(do_sample=False, max_new_tokens=max_new, min_new_tokens=max_new,
-                           eos_token_id=None, pad_token_id=PAD_ID)
-    out = model.generate(input_ids=ids, attention_mask=mask, generation_config=gen)
-    new = out[:, ids.shape[1]:]
-    assert new.shape[1] == max_new, f"generate() stopped early: {new.shape[1]} < {max_new}"
+    gen = GenerationConfig(do_sample=False, max_new_tokens=max_new, eos_token_id=None, pad_token_id=PAD_ID)
+    new = model.generate(input_ids=ids, attention_mask=mask, generation_config=gen)[:, ids.shape[1]:]
+    if new.shape[1] != max_new:
+        raise RuntimeError(f"generate() stopped after {new.shape[1]} of {max_new} tokens")
     return {r.id: new[row, :r.max_tokens].tolist() for row, r in enumerate(batch)}
 
 
-def run_hf_static(model: LlamaForCausalLM, requests: list[Request], max_batch: int) -> RunStats:
-    outputs: dict[str, list[int]] = {}
+def static_pass(model: torch.nn.Module, requests: list[Request], max_batch: int) -> Timed:
+    outputs: Outputs = {}
+    steps = 0
     t0 = time.perf_counter()
     for start in range(0, len(requests), max_batch):
-        outputs.update(static_generate(model, requests[start:start + max_batch]))
-    wall = time.perf_counter() - t0
-    tokens = sum(r.max_tokens for r in requests)
-    return RunStats("HF static generate()", wall, tokens, outputs,
-                    note=f"batches of {max_batch}, left padding; useful tokens only")
+        batch = requests[start:start + max_batch]
+        outputs.update(static_generate(model, batch))
+        steps += max(r.max_tokens for r in batch)
+    return Timed(time.perf_counter() - t0, outputs, steps)
 
 
 # -- checks and report ----------------------------------------------------------------------------
 def check_lengths(stats: RunStats, requests: list[Request]) -> None:
-    short = [r.id for r in requests if len(stats.outputs.get(r.id, ())) != r.max_tokens]
-    if short:
-        raise RuntimeError(f"{stats.name}: {len(short)} requests did not get exactly max_tokens, e.g. {short[:3]}")
+    for i, p in enumerate(stats.passes):
+        short = [r.id for r in requests if len(p.outputs.get(r.id, ())) != r.max_tokens]
+        if short:
+            raise RuntimeError(f"{stats.name}, pass {i}: {len(short)} requests did not get exactly max_tokens, "
+                               f"e.g. {short[:3]}")
 
 
-def agreement(ours: RunStats, theirs: RunStats, requests: list[Request], n: int) -> tuple[int, int, float]:
-    """(requests whose first n tokens all match, requests compared, share of matching tokens in those n)."""
+def agreement(ours: Outputs, theirs: Outputs, requests: list[Request], n: int) -> tuple[int, float]:
+    """(requests whose first n tokens all match, share of those first-n tokens that match)."""
     exact = same = total = 0
     for r in requests:
-        a, b = ours.outputs[r.id][:n], theirs.outputs[r.id][:n]
+        a, b = ours[r.id][:n], theirs[r.id][:n]
         exact += a == b
         same += sum(x == y for x, y in zip(a, b))
         total += len(a)
-    return exact, len(requests), same / total if total else 0.0
+    return exact, same / total if total else 0.0
 
 
 def print_report(args: argparse.Namespace, requests: list[Request], runs: list[RunStats]) -> None:
-    prompt = sum(r.prompt_len for r in requests)
-    print(f"\nworkload: {len(requests)} synthetic requests (lognormal, seed {args.seed}), all at t=0; "
-          f"prompt tokens {prompt} (mean {prompt / len(requests):.1f}, max {max(r.prompt_len for r in requests)}), "
-          f"output tokens {sum(r.max_tokens for r in requests)} "
-          f"(mean {sum(r.max_tokens for r in requests) / len(requests):.1f}, "
-          f"max {max(r.max_tokens for r in requests)})")
-    print(f"model: {args.model} {DTYPE}, same weights; max batch {args.max_batch}; "
-          f"torch {torch.__version__} ({torch.get_num_threads()} threads), transformers {transformers.__version__}\n")
-    print(f"{'system':<26}{'wall s':>9}{'tokens':>9}{'tok/s':>9}  notes")
+    prompts = [r.prompt_len for r in requests]
+    outs = [r.max_tokens for r in requests]
+    print(f"\nworkload: {len(requests)} synthetic requests (lognormal lengths, seed {args.seed}), all arriving "
+          f"at t=0; prompt mean {statistics.mean(prompts):.1f} max {max(prompts)}, "
+          f"output mean {statistics.mean(outs):.1f} max {max(outs)} ({sum(outs)} tokens)")
+    print(f"model: {args.model}, {DTYPE}, identical weights; max batch {args.max_batch}; "
+          f"token budget/step {args.max_batched_tokens}; KV {args.num_kv_blocks} blocks x {args.block_size}; "
+          f"torch {torch.__version__} ({torch.get_num_threads()} threads), transformers {transformers.__version__}")
+    print(f"timed passes per system: {args.repeats}, interleaved\n")
+    print(f"{'system':<24}{'steps':>7}{'best s':>9}{'median s':>10}{'tok/s best':>12}{'tok/s median':>14}  passes (s)")
     for s in runs:
-        print(f"{s.name:<26}{s.wall_s:>9.2f}{s.tokens:>9d}{s.tok_s:>9.1f}  {s.note}")
+        walls = " ".join(f"{p.wall_s:.2f}" for p in s.passes)
+        steps = s.passes[0].steps if s.passes[0].steps is not None else "-"
+        print(f"{s.name:<24}{steps:>7}{s.best_s:>9.2f}{s.median_s:>10.2f}{s.tokens / s.best_s:>12.1f}"
+              f"{s.tokens / s.median_s:>14.1f}  {walls}")
     ours = runs[0]
     print()
     for other in runs[1:]:
-        print(f"ours / {other.name:<24} {ours.tok_s / other.tok_s:5.2f}x")
+        print(f"ours / {other.name:<22} {other.best_s / ours.best_s:5.2f}x (best)  "
+              f"{other.median_s / ours.median_s:5.2f}x (median)")
     print()
     for other in runs[1:]:
-        exact, count, share = agreement(ours, other, requests, args.match_tokens)
-        print(f"greedy agreement with {other.name}: first {args.match_tokens} tokens identical for "
-              f"{exact}/{count} requests; {share:.1%} of those tokens equal")
-    print("\nnotes: HF continuous batching takes max_new_tokens per request (add_request), EOS disabled with "
-          "eos_token_id=-1; HF static generate() takes one max_new_tokens per call, so each batch runs to its "
-          "longest request and only the tokens each request asked for are counted.")
+        exact, share = agreement(ours.outputs, other.outputs, requests, args.match_tokens)
+        print(f"greedy vs {other.name}: first {args.match_tokens} tokens identical for {exact}/{len(requests)} "
+              f"requests; {share:.1%} of those tokens equal")
+    print()
+    for s in runs:
+        print(f"{s.name}: {s.note}")
 
 
 # -- profiling ------------------------------------------------------------------------------------
-def profile_table(prof: torch.profiler.profile, title: str, rows: int = 12) -> None:
-    print(f"\n== profile: {title} ==")
-    print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=rows))
+def op_times(prof: torch.profiler.profile) -> dict[str, float]:
+    """Self CPU seconds per operator, over every thread the profiler saw."""
+    return {e.key: e.self_cpu_time_total / 1e6 for e in prof.key_averages()}
 
 
-def profile_ours(engine: Engine, requests: list[Request], warm_steps: int) -> None:
-    """One step of ours, taken once the batch is full and decoding."""
-    fresh = Engine(engine.config, runner=engine.runner)
-    fresh.load_workload(requests)
-    for _ in range(warm_steps):
-        fresh.step()
-    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
-        snap = fresh.step()
-    profile_table(prof, f"ours, one step ({snap.num_seqs if snap else 0} seqs)")
+def profiled(fn: Callable[[], Timed], all_threads: bool = False) -> tuple[dict[str, float], int]:
+    """Run one pass under torch.profiler; HF's steps run on its manager's thread, hence all_threads."""
+    extra = {"experimental_config": torch._C._profiler._ExperimentalConfig(profile_all_threads=True)} \
+        if all_threads else {}
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU], **extra) as prof:
+        timed = fn()
+    return op_times(prof), timed.steps or 1
 
 
-def profile_hf_step(manager, requests: list[Request], warm_steps: int) -> None:
-    """One step of HF continuous batching, run on its own batch processor while the loop is paused."""
-    with manager.pause():
-        for r in requests:
-            manager.add_request(list(r.prompt_token_ids), request_id=f"prof-{r.id}", max_new_tokens=r.max_tokens,
-                                eos_token_id=NO_EOS)
-        processor = manager.batch_processor
-        processor._update_tp_group_state = lambda: processor.scheduler.waiting_requests or False  # noqa
-    raise NotImplementedError
+def print_profiles(profiles: dict[str, tuple[dict[str, float], int]], rows: int = 14) -> None:
+    """Top operators by self CPU time, as milliseconds per forward step, side by side."""
+    per_step = {n: {op: 1e3 * t / steps for op, t in ops.items()} for n, (ops, steps) in profiles.items()}
+    top = sorted({op for table in per_step.values() for op in table},
+                 key=lambda op: -max(table.get(op, 0.0) for table in per_step.values()))[:rows]
+    print("\nprofile: one more pass of each under torch.profiler; self CPU ms per forward step "
+          "(profiler overhead included)")
+    print(f"{'operator':<52}" + "".join(f"{n:>24}" for n in per_step))
+    print(f"{'(steps)':<52}" + "".join(f"{profiles[n][1]:>24d}" for n in per_step))
+    for op in top:
+        print(f"{op:<52}" + "".join(f"{per_step[n].get(op, 0.0):>24.2f}" for n in per_step))
+    print(f"{'all operators':<52}" + "".join(f"{sum(per_step[n].values()):>24.2f}" for n in per_step))
 
 
+# -- main ---------------------------------------------------------------------------------------
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
-    logging.getLogger("ContinuousBatchingLogger").setLevel(logging.ERROR)
     transformers.logging.set_verbosity_error()
-    torch.manual_seed(args.seed)
+    logging.getLogger("ContinuousBatchingLogger").setLevel(logging.CRITICAL)
     with torch.inference_mode():
         engine = Engine(engine_config(args))
         requests = make_workload(args, engine.config.model.vocab_size)
         warm = warmup_requests(requests)
         model = hf_model_from(engine)
-
-        print("ours: warm-up, then timed run ...", flush=True)
-        run_ours(engine, warm)
-        runs = [run_ours(engine, requests)]
-        print(f"  {runs[-1].tok_s:.1f} tok/s", flush=True)
-
-        print("HF continuous batching: warm-up, then timed run ...", flush=True)
         manager = hf_cb_manager(model, args)
         try:
-            hf_cb_generate(manager, warm)
-            runs.append(run_hf_continuous(manager, requests))
-            print(f"  {runs[-1].tok_s:.1f} tok/s", flush=True)
+            print("warming up ...", flush=True)
+            ours_pass(engine, warm)
+            hf_cb_pass(manager, renamed(warm, "warm"))
+            if not args.skip_static:
+                static_pass(model, warm, args.max_batch)
+
+            useful = sum(r.max_tokens for r in requests)
+            cfg = manager.continuous_batching_config
+            runs = [RunStats("ours (continuous)", useful, "core_engine.Engine, mode=continuous, "
+                             f"max_num_seqs={args.max_batch}, max_num_batched_tokens={args.max_batched_tokens}"),
+                    RunStats("HF continuous batching", useful,
+                             f"init_continuous_batching, sdpa, page_size={cfg.page_size}, num_blocks="
+                             f"{cfg.num_blocks}, max_batch_tokens={cfg.max_batch_tokens}, max_requests_per_batch="
+                             f"{cfg.max_requests_per_batch}, fifo, no prefix sharing, per-request max_new_tokens, "
+                             "eos_token_id=-1")]
+            passes: list[Callable[[int], Timed]] = [
+                lambda i: ours_pass(engine, requests),
+                lambda i: hf_cb_pass(manager, renamed(requests, f"r{i}")),
+            ]
+            if not args.skip_static:
+                runs.append(RunStats("HF static generate()", useful,
+                                     f"generate() per batch of {args.max_batch}, left padding, one max_new_tokens "
+                                     "per batch (its longest request), eos_token_id=None; useful tokens counted; "
+                                     "steps = decode steps summed over batches"))
+                passes.append(lambda i: static_pass(model, requests, args.max_batch))
+
+            for i in range(args.repeats):
+                for stats, run in zip(runs, passes):
+                    timed = run(i)
+                    timed.outputs = {k.removeprefix(f"r{i}-"): v for k, v in timed.outputs.items()}
+                    stats.passes.append(timed)
+                    print(f"  pass {i + 1}/{args.repeats} {stats.name}: {timed.wall_s:.2f} s, "
+                          f"{stats.tokens / timed.wall_s:.1f} tok/s", flush=True)
+            for stats in runs:
+                check_lengths(stats, requests)
+            print_report(args, requests, runs)
+
+            if args.profile:
+                print_profiles({
+                    "ours": profiled(lambda: ours_pass(engine, requests)),
+                    "HF continuous": profiled(lambda: hf_cb_pass(manager, renamed(requests, "prof")), True),
+                })
         finally:
             manager.stop(block=True)
-
-        if not args.skip_static:
-            print("HF static generate(): warm-up, then timed run ...", flush=True)
-            run_hf_static(model, warm, args.max_batch)
-            runs.append(run_hf_static(model, requests, args.max_batch))
-            print(f"  {runs[-1].tok_s:.1f} tok/s", flush=True)
-
-        for s in runs:
-            check_lengths(s, requests)
-        print_report(args, requests, runs)
 
 
 if __name__ == "__main__":

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections import deque
 
+from core_engine.device_peaks import DevicePeaks
 from core_engine.request import Phase
 from core_engine.snapshot import FinishedRequest, StepSnapshot
 
@@ -45,6 +46,8 @@ class MetricsCollector:
         self.overhead_time = 0.0  # schedule + input building
         self.batch_sizes_sum = 0
         self.max_batch = 0
+        # per step kind: (intensity, achieved FLOP/s, achieved bytes/s) over the forward's time
+        self.roofline_points: dict[str, list[tuple[float, float, float]]] = {"decode": [], "prefill": []}
 
     def observe(self, snap: StepSnapshot) -> None:
         self.last = snap
@@ -70,11 +73,32 @@ class MetricsCollector:
         self.batch_sizes_sum += snap.num_seqs
         self.max_batch = max(self.max_batch, snap.num_seqs)
         self.finished.extend(snap.finished)
+        if snap.forward_s > 0 and snap.cost.bytes > 0:
+            kind = "decode" if snap.num_prefill_tokens == 0 else "prefill"
+            self.roofline_points[kind].append((snap.cost.intensity, snap.cost.flops / snap.forward_s,
+                                               snap.cost.bytes / snap.forward_s))
 
     def _share(self, slot_steps: int) -> float:
         return slot_steps / self.capacity_slot_steps if self.capacity_slot_steps else 0.0
 
-    def summary(self, config: dict, *, complete: bool = True, workload: dict | None = None) -> dict:
+    def roofline(self, peaks: DevicePeaks) -> dict:
+        """Where decode and prefill steps sat against this device's roofs, on average."""
+        out: dict = {"device_name": peaks.device_name, "peak_flops": peaks.peak_flops,
+                     "peak_bytes_per_s": peaks.peak_bytes_per_s, "ridge_flop_per_byte": peaks.ridge_flop_per_byte,
+                     "peaks_source": peaks.source}
+        for kind, points in self.roofline_points.items():
+            n = len(points)
+            out[kind] = {
+                "steps": n,
+                "intensity_mean": sum(p[0] for p in points) / n if n else None,
+                "achieved_flops_mean": sum(p[1] for p in points) / n if n else None,
+                "achieved_bytes_per_s_mean": sum(p[2] for p in points) / n if n else None,
+                "fraction_of_roof_mean": sum(p[1] / peaks.roof(p[0]) for p in points) / n if n else None,
+            }
+        return out
+
+    def summary(self, config: dict, *, complete: bool = True, workload: dict | None = None,
+                peaks: DevicePeaks | None = None) -> dict:
         last = self.last
         counters = last.counters if last is not None else None
         wall = last.t if last is not None else 0.0
@@ -118,6 +142,7 @@ class MetricsCollector:
                 "free_blocks_at_end": last.num_free_blocks if last is not None else num_blocks,
             },
             "preemptions": counters.preemptions if counters else 0,
+            **({"roofline": self.roofline(peaks)} if peaks is not None else {}),
         }
 
 

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import os
 import random
+import tempfile
 
 import pytest
 import torch
@@ -13,6 +15,8 @@ from core_engine.metrics import MetricsCollector
 from core_engine.request import Request
 from core_engine.snapshot import StepSnapshot
 
+# Device peaks are measured once and cached: keep the tests' cache out of the user's home.
+os.environ.setdefault("BATCHTOP_CACHE_DIR", tempfile.mkdtemp(prefix="batchtop-test-cache-"))
 torch.set_num_threads(1)  # tiny tensors: threads only add overhead; keeps the suite steady on 2 cores
 
 

@@ -46,6 +46,11 @@ def test_headless_runs_the_workload_and_writes_metrics(tmp_path):
     assert 0 < m["slot_utilization"] <= 1
     assert m["kv"]["free_blocks_at_end"] == m["kv"]["num_blocks"] == m["config"]["num_kv_blocks"]
     assert m["config"]["model"]["num_params"] > 0 and m["config"]["max_num_seqs"] == 16
+    roof = m["roofline"]
+    assert roof["peak_flops"] > 0 and roof["ridge_flop_per_byte"] == pytest.approx(roof["peak_flops"] / roof["peak_bytes_per_s"])
+    assert roof["peaks_source"].startswith("measured:")
+    assert roof["decode"]["steps"] + roof["prefill"]["steps"] == m["steps"]
+    assert 0 < roof["decode"]["fraction_of_roof_mean"] and 0 < roof["prefill"]["intensity_mean"]
 
 
 def test_headless_metrics_go_to_stdout_and_progress_never_does(tmp_path):
@@ -120,16 +125,17 @@ def test_ctrl_c_writes_incomplete_metrics_and_exits_130(tmp_path):
     out = tmp_path / "m.json"
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     proc = subprocess.Popen([sys.executable, "-m", "tui", "--headless", *TINY, "--workload", "synthetic",
-                             "--num-requests", "5000", "--prompt-mean", "4", "--output-mean", "2", "-o", str(out)],
+                             "--num-requests", "20000", "--prompt-mean", "4", "--output-mean", "4", "-o", str(out)],
                             stderr=subprocess.PIPE, text=True, env=env)
     assert "building tiny" in proc.stderr.readline()
-    time.sleep(3.0)
+    assert "roofs:" in proc.stderr.readline()  # measured (or cached) device peaks: the run starts now
+    time.sleep(2.0)
     proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 130, err
     m = json.loads(out.read_text())
     assert m["complete"] is False and m["error"] == "interrupted"
-    assert 0 < m["requests"]["completed"] < 5000 and m["steps"] > 0
+    assert 0 < m["requests"]["completed"] < 20000 and m["steps"] > 0
 
 
 def test_compare_runs_both_modes_on_the_same_workload(tmp_path):

@@ -189,3 +189,11 @@ def test_abort_of_unknown_or_finished_ids_does_nothing_and_abort_of_a_running_on
     assert engine.allocator.num_used_blocks < used
     engine.scheduler.check_invariants()
     assert_drained(engine)
+
+
+def test_static_padding_rows_never_starve_a_batch_member_still_waiting_for_its_prefill():
+    # a token budget of 1: the first member finishes at once and becomes padding; the second still
+    # needs its prefill. Found by the stateful test: padding must take only leftover budget.
+    engine = Engine(tiny_config(mode="static", max_num_seqs=2, max_num_batched_tokens=1))
+    outputs, snaps, _ = run_all(engine, [Request("a", (1,), 1), Request("b", (2,), 1)], check=check_step)
+    assert set(outputs) == {"a", "b"} and len(snaps) == 2

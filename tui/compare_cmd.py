@@ -8,7 +8,7 @@ from rich.console import Console
 from rich.table import Table
 
 from core_engine.engine import Engine
-from tui.headless_cmd import build_engine, exit_code, metrics_document, run_and_report
+from tui.headless_cmd import build_engine, exit_code, load_peaks, metrics_document, run_and_report
 from tui.options import bad_input_exits, build_setup
 from tui.output import check_writable, write_json
 
@@ -56,12 +56,13 @@ def run_compare(opts: dict, output: str) -> None:
                             num_requests=opts["num_requests"] or 256)
         check_writable(output)
     runner = build_engine(setup).runner  # one model, reused: both runs see the same weights
+    peaks = load_peaks(setup)
     docs = {}
     for mode in ("static", "continuous"):
         config = setup.config.with_(mode=mode)
         engine = Engine(config, runner=runner)
         result = run_and_report(engine, setup, label=f"{mode:>10} ")
-        docs[mode] = metrics_document(result, setup, config.as_dict())
+        docs[mode] = metrics_document(result, setup, config.as_dict(), peaks)
         code = exit_code(result)
         if code:
             write_json({"schema": COMPARE_SCHEMA, **docs, "speedup": None}, output)

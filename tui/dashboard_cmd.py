@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import sys
 
-from core_engine.device_peaks import device_peaks
 from core_engine.telemetry import TelemetrySampler
-from tui.headless_cmd import build_engine, note
+from tui.headless_cmd import build_engine, load_peaks
 from tui.options import bad_input_exits, build_setup
 
 
@@ -14,8 +13,7 @@ def run_dashboard(opts: dict, *, theme: str = "batchtop-dark", start_paused: boo
     with bad_input_exits():
         setup = build_setup(opts)
     engine = build_engine(setup)
-    note("measuring device peaks (cached after the first run)…")
-    peaks = device_peaks(setup.config.device, setup.config.dtype)
+    peaks = load_peaks(setup)
     from tui.app import BatchtopApp  # Textual loads only here, never on the headless path
     from tui.bridge import EngineBridge
 

@@ -7,6 +7,7 @@ import traceback
 
 import click
 
+from core_engine.device_peaks import DevicePeaks, device_peaks
 from core_engine.engine import Engine
 from core_engine.headless import RunResult, run_workload
 from core_engine.snapshot import StepSnapshot
@@ -27,6 +28,13 @@ def build_engine(setup: Setup) -> Engine:
     return Engine(c)
 
 
+def load_peaks(setup: Setup) -> DevicePeaks:
+    c = setup.config
+    peaks = device_peaks(c.device, c.dtype)
+    note(f"roofs: {peaks.peak_flops / 1e9:.0f} GFLOP/s, {peaks.peak_bytes_per_s / 1e9:.1f} GB/s ({peaks.source})")
+    return peaks
+
+
 def warn_rejections(snap: StepSnapshot) -> None:
     for _, reason in snap.rejected:
         note(f"warning: rejected {reason}")
@@ -44,9 +52,9 @@ def run_and_report(engine: Engine, setup: Setup, label: str = "") -> RunResult:
     return result
 
 
-def metrics_document(result: RunResult, setup: Setup, config_dict: dict) -> dict:
+def metrics_document(result: RunResult, setup: Setup, config_dict: dict, peaks: DevicePeaks | None) -> dict:
     doc = result.collector.summary(config_dict, complete=result.complete,
-                                   workload=workload_info(setup.spec, setup.requests))
+                                   workload=workload_info(setup.spec, setup.requests), peaks=peaks)
     if result.error is not None:
         doc["error"] = f"{type(result.error).__name__}: {result.error}"
     elif result.interrupted:
@@ -69,6 +77,7 @@ def run_headless(opts: dict, output: str | None) -> None:
         setup = build_setup(opts)
         check_writable(output)
     engine = build_engine(setup)
+    peaks = load_peaks(setup)
     result = run_and_report(engine, setup)
-    write_json(metrics_document(result, setup, engine.config.as_dict()), output)
+    write_json(metrics_document(result, setup, engine.config.as_dict(), peaks), output)
     sys.exit(exit_code(result))

@@ -22,7 +22,7 @@ class SchedulerOutput:
     """One step's plan: who runs how many tokens, and what changed to make room."""
 
     scheduled: list[tuple[Sequence, int]] = field(default_factory=list)  # decodes first, then prefill chunks
-    padding: list[Sequence] = field(default_factory=list)  # static batching's finished rows, still computed
+    padding: list[Sequence] = field(default_factory=list)  # static batching's finished rows, from leftover budget
     admitted: list[Sequence] = field(default_factory=list)
     preempted: list[Sequence] = field(default_factory=list)
 
@@ -81,8 +81,8 @@ class Scheduler:
                 self._release(seq)
         budget = self.max_num_batched_tokens
         budget = self._schedule_decodes(out, budget)
-        budget = self._schedule_padding(out, budget)
         budget = self._schedule_prefills(out, budget)
+        budget = self._schedule_padding(out, budget)  # last: garbage rows never starve real work
         if self.policy.admission_open(self) and not out.preempted:  # never readmit a victim at once
             self._admit(out, budget)
         return out

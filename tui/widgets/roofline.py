@@ -53,8 +53,9 @@ class RooflinePanel(Panel):
         width, height = max(10, self.content_size.width), max(4, self.content_size.height)
         plot_h = height - 2  # last two lines: x labels and the verdict
         ridge = peaks.ridge_flop_per_byte
-        x_lo = 10 ** (math.floor(math.log10(ridge)) - 2)
-        x_hi = 10 ** (math.ceil(math.log10(ridge)) + 1)
+        seen = [p.intensity for p in frame.trail if p.intensity > 0]
+        x_lo = 10 ** min([math.floor(math.log10(ridge)) - 1, *(math.floor(math.log10(x)) for x in seen)])
+        x_hi = 10 ** max([math.ceil(math.log10(ridge)) + 1, *(math.ceil(math.log10(x)) for x in seen)])
         y_hi = peaks.peak_flops * 1.5
         y_lo = peaks.peak_bytes_per_s * x_lo / 1.5
         lx0, lxs = math.log10(x_lo), math.log10(x_hi) - math.log10(x_lo)

@@ -1,0 +1,85 @@
+"""FLOP/byte accounting against a hand calculation, and how intensity moves with batch size."""
+
+from __future__ import annotations
+
+import pytest
+
+from core_engine import device_peaks as dp
+from core_engine.config import ModelConfig, preset
+from core_engine.device_peaks import DevicePeaks, datasheet_peaks
+from core_engine.roofline import Chunk, marginal_sequence_cost, step_cost
+
+HAND = ModelConfig("hand", vocab_size=10, hidden_size=4, intermediate_size=8, num_hidden_layers=1,
+                   num_attention_heads=2, num_key_value_heads=1)
+
+
+def test_one_decode_row_matches_a_hand_calculation():
+    # one sequence decoding at position 5 (it sees 6 keys), fp32 (4 bytes), one sampled row
+    cost = step_cost(HAND, "float32", [Chunk(start=5, num_tokens=1)], num_sampled=1)
+    gemm_weights = 4 * 4 + 2 * 4 * 2 + 4 * 4 + 3 * 4 * 8  # q, k+v (kv_dim 2), o, gate+up+down = 144
+    assert cost.weight_flops == 2 * gemm_weights + 2 * 4 * 10  # layer GEMMs + the lm_head row = 368
+    assert cost.attn_flops == 4 * 2 * 2 * 6  # QK and PV: 4 * heads * head_dim * keys = 96
+    assert cost.flops == 464
+    assert cost.weight_bytes == (gemm_weights + 8 + 40 + 4) * 4  # + two norms, lm_head, final norm = 784
+    assert cost.kv_bytes == 2 * 2 * 4 * (6 + 1)  # K and V rows: 6 read + 1 written = 112
+    assert cost.bytes == 784 + 112 + 4 * (8 + 12 + 8 + 24 + 12)  # + activations in and out = 1152
+
+
+def test_a_prefill_chunk_counts_causal_keys():
+    cost = step_cost(HAND, "float32", [Chunk(start=3, num_tokens=4)], num_sampled=1)
+    keys = 4 + 5 + 6 + 7  # positions 3..6 see 4..7 keys
+    assert cost.attn_flops == 4 * 2 * 2 * keys
+
+
+def decode_step(batch: int, context: int = 512):
+    return step_cost(preset("cpu-demo"), "bfloat16", [Chunk(context, 1)] * batch, num_sampled=batch)
+
+
+def test_gemm_intensity_grows_with_batch_but_attention_intensity_does_not():
+    one, eight, sixty_four = decode_step(1), decode_step(8), decode_step(64)
+    gemm = [c.weight_flops / c.weight_bytes for c in (one, eight, sixty_four)]
+    assert gemm[1] / gemm[0] == pytest.approx(8, rel=0.01)
+    assert gemm[2] / gemm[0] == pytest.approx(64, rel=0.01)
+    attn = [c.attn_flops / c.kv_bytes for c in (one, eight, sixty_four)]
+    assert attn[0] == pytest.approx(attn[1]) == pytest.approx(attn[2])
+    assert one.intensity < eight.intensity < sixty_four.intensity
+
+
+def test_one_more_sequence_is_nearly_free_below_the_ridge_and_proportional_above():
+    cpu = DevicePeaks("cpu", peak_flops=400e9, peak_bytes_per_s=35e9, source="test")
+    assert marginal_sequence_cost(decode_step(1), 1, cpu.peak_flops, cpu.peak_bytes_per_s) < 0.02
+    compute_starved = DevicePeaks("slow-alu", peak_flops=1e9, peak_bytes_per_s=1e15, source="test")
+    cost = marginal_sequence_cost(decode_step(64), 64, compute_starved.peak_flops, compute_starved.peak_bytes_per_s)
+    assert cost == pytest.approx(1 / 64, rel=0.01)
+
+
+@pytest.mark.parametrize("name,entry", [("NVIDIA H200", "H200"), ("NVIDIA H100 PCIe", "H100 PCIe"),
+                                        ("NVIDIA H100 80GB HBM3", "H100"), ("NVIDIA A100-SXM4-80GB", "A100-SXM4-80GB"),
+                                        ("NVIDIA L4", "L4"), ("NVIDIA L40S", "L40S"),
+                                        ("NVIDIA GeForce RTX 4090", "RTX 4090")])
+def test_datasheet_lookup_by_device_name(name, entry):
+    peaks = datasheet_peaks(name)
+    assert peaks is not None and peaks.source == f"datasheet:{entry}"
+    assert 10 < peaks.ridge_flop_per_byte < 1000
+
+
+def test_unknown_devices_have_no_datasheet_entry():
+    assert datasheet_peaks("AMD EPYC 9654") is None
+
+
+def test_cpu_peaks_are_measured_once_then_cached(tmp_path, monkeypatch):
+    monkeypatch.setenv("BATCHTOP_CACHE_DIR", str(tmp_path))
+    calls = []
+    real_measure = dp.measure_peaks
+
+    def small_measure(device, dtype):
+        calls.append(device)
+        return real_measure(device, dtype, copy_mib=8, gemm_n=128)
+
+    monkeypatch.setattr(dp, "measure_peaks", small_measure)
+    first = dp.device_peaks("cpu", "float32")
+    second = dp.device_peaks("cpu", "float32")
+    assert calls == ["cpu"]
+    assert first.peak_flops > 1e8 and first.peak_bytes_per_s > 1e8
+    assert second.source == first.source + " (cached)" and second.peak_flops == first.peak_flops
+    assert len(list(tmp_path.glob("batchtop/peaks-*.json"))) == 1
