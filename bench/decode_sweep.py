@@ -26,7 +26,7 @@ def measure(engine: Engine, batch: int, context: int) -> list:
     snaps = []
     while not engine.is_done():
         snap = engine.step()
-        if snap is not None and snap.num_prefill_tokens == 0 and snap.num_seqs == batch:
+        if snap.is_step and snap.num_prefill_tokens == 0 and snap.num_seqs == batch:
             snaps.append(snap)
     return snaps[1:STEPS + 1]  # skip the first decode step (allocator and cache warm-up)
 

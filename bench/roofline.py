@@ -30,7 +30,7 @@ def decode_points(engine: Engine, batch: int, context: int, steps: int = 10) -> 
     snaps = []
     while not engine.is_done():
         snap = engine.step()
-        if snap is not None and snap.num_prefill_tokens == 0 and snap.num_seqs == batch:
+        if snap.is_step and snap.num_prefill_tokens == 0 and snap.num_seqs == batch:
             snaps.append(snap)
     return snaps[1:]
 

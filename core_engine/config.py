@@ -134,3 +134,10 @@ class EngineConfig:
             "num_kv_blocks": self.num_kv_blocks, "device": self.device, "dtype": self.dtype,
             "seed": self.seed, "model": self.model.as_dict(), **self.extra,
         }
+
+
+def config_from_dict(data: dict) -> EngineConfig:
+    """Rebuild an EngineConfig from its as_dict() form (a trace header, a metrics file)."""
+    model_fields = {k: v for k, v in data["model"].items() if k in ModelConfig.__dataclass_fields__}
+    engine_fields = {k: v for k, v in data.items() if k in EngineConfig.__dataclass_fields__ and k != "model"}
+    return EngineConfig(model=ModelConfig(**model_fields), **engine_fields)

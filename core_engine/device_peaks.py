@@ -126,3 +126,9 @@ def device_peaks(device: str, dtype: str, *, use_cache: bool = True) -> DevicePe
         except OSError:
             pass  # a read-only home still gets the peaks, just not cached
     return peaks
+
+
+def peaks_from_dict(data: dict | None) -> DevicePeaks | None:
+    if not data:
+        return None
+    return DevicePeaks(data["device_name"], data["peak_flops"], data["peak_bytes_per_s"], data["source"])

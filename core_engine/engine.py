@@ -19,7 +19,7 @@ from core_engine.request import FinishReason, Request, Sequence, SeqStatus
 from core_engine.roofline import Chunk, step_cost
 from core_engine.runner import ModelRunner
 from core_engine.scheduler import Scheduler, SchedulerOutput, make_policy
-from core_engine.snapshot import Counters, FinishedRequest, StepCost, StepSnapshot
+from core_engine.snapshot import Counters, FinishedRequest, StepCost, StepSnapshot, WaitingView
 from core_engine.snapshot_builder import build_snapshot, slot_occupants
 
 MAX_NUM_SEQS_LIMIT = 4096
@@ -55,7 +55,9 @@ class Engine:
         self._known_ids: set[str] = set()
         self._live: dict[str, Sequence] = {}
         self.counters = Counters()
-        self.step_rejections: list[tuple[str, str]] = []
+        self.step_rejections: list[tuple[str, str]] = []  # events since the last snapshot, taken by it
+        self.step_arrivals: list[WaitingView] = []
+        self.step_controls: list[tuple[str, object]] = []
         self.rejections: list[tuple[str, str]] = []
         self._schedule_arrivals(self._workload, 0.0)
 
@@ -91,6 +93,8 @@ class Engine:
         self._live[request.id] = seq
         self._count(submitted=1)
         self.scheduler.add(seq)
+        self.step_arrivals.append(WaitingView(request.id, seq.index, request.prompt_len, request.max_tokens,
+                                              seq.arrival_s, 0))
         return seq
 
     def _validate(self, r: Request) -> None:
@@ -155,17 +159,22 @@ class Engine:
         if isinstance(cmd, control.SetMode):
             if cmd.mode != self.mode:
                 self.scheduler.policy = make_policy(cmd.mode)
+            self.step_controls.append(("mode", cmd.mode))
         elif isinstance(cmd, control.SetMaxNumSeqs):
             self.scheduler.max_num_seqs = validate_max_num_seqs(cmd.value)
+            self.step_controls.append(("max_num_seqs", cmd.value))
         elif isinstance(cmd, control.AddRequests):
             self._schedule_arrivals(cmd.requests, self.now())
+            self.step_controls.append(("burst", len(cmd.requests)))
         elif isinstance(cmd, control.Abort):
             seq = self.scheduler.abort(cmd.request_id)
             if seq is not None:
                 self._live.pop(seq.id, None)
                 self.runner.sampler.forget(seq)
+            self.step_controls.append(("abort", cmd.request_id))
         elif isinstance(cmd, control.Reset):
             self.reset()
+            self.step_controls.append(("reset", None))
 
     def reset(self) -> None:
         self.scheduler.reset()
@@ -185,8 +194,9 @@ class Engine:
     def seconds_until_next_arrival(self) -> float | None:
         return max(0.0, self._pending[0][0] - self.now()) if self._pending else None
 
-    def step(self) -> StepSnapshot | None:
-        """Run one forward step; None when there was nothing to run (idle until the next arrival)."""
+    def step(self) -> StepSnapshot:
+        """Run one forward step. When there is nothing to run (idle until the next arrival) the
+        snapshot is a view between steps: `is_step` is False and it carries only what changed."""
         t_start = self._clock()
         self.apply_pending()
         self._admit_arrivals()
@@ -196,9 +206,7 @@ class Engine:
             if self.scheduler.has_unfinished():  # a bug, never a state to wait in: fail loudly, not hang
                 raise RuntimeError(f"scheduler made no progress with {len(self.scheduler.waiting)} waiting "
                                    f"and {len(self.scheduler.running)} running")
-            self.latest = self.snapshot()
-            self.step_rejections = []
-            return None
+            return self.snapshot()
         assert plan.num_tokens <= self.scheduler.max_num_batched_tokens, "token budget overrun"
         cost = step_cost(self.config.model, self.config.dtype, plan_chunks(plan),
                          num_sampled=sum(1 for s, n in plan.scheduled if s.num_computed_tokens + n == s.num_tokens))
@@ -214,7 +222,6 @@ class Engine:
             self, plan, finished, step=self.counters.steps, t=t_end - self._t0,
             times=(t_end - t_start, t_sched - t_start, t_prep - t_sched, t_fwd - t_prep),
             cost=cost, occupants=occupants, num_prefill_tokens=num_prefill)
-        self.step_rejections = []
         self.latest = snap
         return snap
 
@@ -252,8 +259,16 @@ class Engine:
 
     def snapshot(self) -> StepSnapshot:
         """A view of the current state between steps (after a control change, while idle)."""
-        return build_snapshot(self, SchedulerOutput(), [], step=0, t=self.now(), times=(0.0,) * 4,
+        snap = build_snapshot(self, SchedulerOutput(), [], step=0, t=self.now(), times=(0.0,) * 4,
                               cost=StepCost(), occupants=slot_occupants(self.scheduler.running, None))
+        self.latest = snap
+        return snap
+
+    def take_events(self) -> tuple[tuple, tuple, tuple]:
+        """Arrivals, rejections and applied controls since the last snapshot; the snapshot owns them now."""
+        events = tuple(self.step_arrivals), tuple(self.step_rejections), tuple(self.step_controls)
+        self.step_arrivals, self.step_rejections, self.step_controls = [], [], []
+        return events
 
     def live_sequences(self) -> list[Sequence]:
         return [s for s in self._live.values() if s.status is not SeqStatus.FINISHED]

@@ -1,6 +1,7 @@
 """The no-screen driver behind `--headless` and `compare`: run a workload to the end, fold metrics.
 
-It owns no scheduling logic: it only calls Engine.step() and waits for arrivals when idle.
+It owns no scheduling logic: it only calls Engine.step(), waits for arrivals when idle, and lets its
+Session play a script and record a trace.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from dataclasses import dataclass, field
 from core_engine.engine import Engine
 from core_engine.metrics import MetricsCollector
 from core_engine.request import Request
+from core_engine.session import Session
 from core_engine.snapshot import StepSnapshot
 
 IDLE_POLL_S = 0.05
@@ -23,35 +25,49 @@ class RunResult:
     complete: bool = True
     error: BaseException | None = None
     interrupted: bool = False
+    stopped_by_script: bool = False
     rejections: list[tuple[str, str]] = field(default_factory=list)
 
+    @property
+    def end_reason(self) -> str:
+        if self.error is not None:
+            return "error"
+        if self.interrupted:
+            return "interrupted"
+        return "script quit" if self.stopped_by_script else "finished"
 
-def drive(engine: Engine, *, on_step: Callable[[StepSnapshot], None] | None = None,
-          should_stop: Callable[[], bool] = lambda: False, sleep: Callable[[float], None] = time.sleep) -> RunResult:
-    """Step until the workload is done (or should_stop); never raises for an engine error or Ctrl-C."""
+
+def drive(engine: Engine, session: Session | None = None, *,
+          on_step: Callable[[StepSnapshot], None] | None = None,
+          sleep: Callable[[float], None] = time.sleep) -> RunResult:
+    """Step until the workload is done (or the script quits); never raises for an engine error or Ctrl-C."""
+    session = session or Session(engine, [])
     result = RunResult(MetricsCollector())
     try:
         while not engine.is_done():
-            if should_stop():
-                result.complete = False
+            session.before_step()
+            if session.quit_requested:
+                result.complete, result.stopped_by_script = False, True
                 break
             snap = engine.step()
-            if snap is None:
-                wait = engine.seconds_until_next_arrival()
-                if wait:
-                    sleep(min(wait, IDLE_POLL_S))
-                continue
+            session.after_step(snap)
             result.collector.observe(snap)
             if on_step is not None:
                 on_step(snap)
+            if not snap.is_step:
+                wait = engine.seconds_until_next_arrival()
+                if wait:
+                    sleep(min(wait, IDLE_POLL_S))
     except KeyboardInterrupt:
         result.complete, result.interrupted = False, True
     except Exception as exc:  # an engine failure: report it, keep what was measured
         result.complete, result.error = False, exc
     result.rejections = list(engine.rejections)
+    error = None if result.error is None else f"{type(result.error).__name__}: {result.error}"
+    session.close(result.end_reason, error)
     return result
 
 
-def run_workload(engine: Engine, requests: list[Request], **kwargs) -> RunResult:
+def run_workload(engine: Engine, requests: list[Request], session: Session | None = None, **kwargs) -> RunResult:
     engine.load_workload(requests)
-    return drive(engine, **kwargs)
+    return drive(engine, session or Session(engine, requests), **kwargs)

@@ -119,6 +119,8 @@ class StepSnapshot:
     preempted: tuple[str, ...]
     rejected: tuple[tuple[str, str], ...]  # (request id, reason) refused during this step
     counters: Counters
+    arrived: tuple[WaitingView, ...] = ()  # requests that joined the queue since the last snapshot
+    controls: tuple[tuple[str, object], ...] = ()  # commands applied since the last snapshot
     cost: StepCost = StepCost()
 
     @property

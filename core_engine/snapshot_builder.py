@@ -51,6 +51,7 @@ def build_snapshot(engine: Engine, plan: SchedulerOutput, finished: list[Finishe
     waiting = tuple(WaitingView(s.id, s.index, s.prompt_len, s.max_tokens, s.arrival_s, s.num_preemptions)
                     for _, s in zip(range(WAITING_VIEW_LIMIT), sched.waiting))
     total, schedule_s, prepare_s, forward_s = times
+    arrived, rejected, controls = engine.take_events()
     return StepSnapshot(
         step=step, t=t, mode=engine.mode, max_num_seqs=sched.max_num_seqs,
         max_num_batched_tokens=sched.max_num_batched_tokens, step_time_s=total, schedule_s=schedule_s,
@@ -61,5 +62,5 @@ def build_snapshot(engine: Engine, plan: SchedulerOutput, finished: list[Finishe
         num_free_blocks=engine.allocator.num_free_blocks, waiting=waiting, num_waiting=len(sched.waiting),
         num_pending_arrivals=engine.num_pending_arrivals, finished=tuple(finished),
         admitted=tuple(s.id for s in plan.admitted), preempted=tuple(s.id for s in plan.preempted),
-        rejected=tuple(engine.step_rejections), counters=engine.counters, cost=cost)
+        rejected=rejected, arrived=arrived, controls=controls, counters=engine.counters, cost=cost)
 

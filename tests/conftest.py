@@ -61,7 +61,7 @@ def run_all(engine: Engine, requests: list[Request] | None = None, check=None, o
         snap = engine.step()
         if check is not None:
             check(engine, snap)
-        if snap is None:
+        if not snap.is_step:
             if on_idle is not None:
                 on_idle(engine)
             continue

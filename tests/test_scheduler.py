@@ -11,7 +11,7 @@ from tests.conftest import make_requests, run_all, tiny_config
 def check_step(engine: Engine, snap) -> None:
     """I2-I4 after every step, plus the per-step budgets (I3)."""
     engine.scheduler.check_invariants()
-    if snap is None:
+    if not snap.is_step:
         return
     assert snap.num_tokens <= snap.max_num_batched_tokens
     occupied = [s for s in snap.slots if s.phase is not Phase.EMPTY]

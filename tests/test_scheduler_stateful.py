@@ -42,7 +42,7 @@ class EngineMachine(RuleBasedStateMachine):
     @rule()
     def step(self) -> None:
         snap = self.engine.step()
-        if snap is not None:
+        if snap.is_step:
             self.steps += 1
             assert snap.num_tokens <= snap.max_num_batched_tokens
             if snap.preempted:
@@ -81,7 +81,7 @@ class EngineMachine(RuleBasedStateMachine):
             if engine.is_done():
                 break
             snap = engine.step()
-            if snap is not None:
+            if snap.is_step:
                 for f in snap.finished:
                     self.outputs[f.request_id] = f.num_generated
         assert engine.is_done(), "the engine did not drain"

@@ -41,31 +41,25 @@ class EngineEvent(Message):
         self.text = text
 
 
-class BatchtopApp(App[int]):
+class Dashboard(App[int]):
+    """Panels, themes, help and quit; subclasses add the keys of their frame source."""
+
     CSS_PATH = STYLESHEET
     TITLE = "batchtop"
     ENABLE_COMMAND_PALETTE = False
+    LIVE = True  # False: a replay, with no engine or telemetry behind it
     BINDINGS = [
-        Binding("s", "toggle_mode", "static/continuous"),
-        Binding("plus,equals_sign", "more_seqs", "+seq", key_display="+"),
-        Binding("minus", "fewer_seqs", "-seq", key_display="-"),
-        Binding("right_square_bracket", "double_seqs", "×2", show=False, key_display="]"),
-        Binding("left_square_bracket", "halve_seqs", "÷2", show=False, key_display="["),
-        Binding("space", "toggle_pause", "pause"),
-        Binding("n", "step", "step", show=False),
-        Binding("b", "burst", "burst"),
-        Binding("r", "restart", "restart", show=False),
         Binding("v", "toggle_view", "timeline"),
         Binding("t", "next_theme", "theme", show=False),
         Binding("question_mark", "help", "help", key_display="?"),
         Binding("q", "quit", "quit"),
     ]
 
-    def __init__(self, bridge: EngineBridge, config: EngineConfig, peaks: DevicePeaks | None, *,
+    def __init__(self, bridge, config: EngineConfig, peaks: DevicePeaks | None, *,
                  device_label: str | None = None, telemetry: TelemetrySampler | None = None,
                  theme: str = "batchtop-dark", poll_hz: float = POLL_HZ) -> None:
         super().__init__()
-        self.bridge = bridge
+        self.bridge = bridge  # the frame source: EngineBridge (live) or ReplaySource
         self.config = config
         self.peaks = peaks
         self.device_label = device_label or (peaks.device_name if peaks is not None else config.device)
@@ -86,7 +80,7 @@ class BatchtopApp(App[int]):
         with Horizontal(id="bottom"):
             yield WaitingPanel(self.config.block_size)
             yield RooflinePanel(self.peaks)
-            yield DevicePanel(self.config, self.peaks)
+            yield DevicePanel(self.config, self.peaks, live=self.LIVE)
         yield MetricsStrip(id="metrics")
         yield Footer()
 
@@ -139,7 +133,41 @@ class BatchtopApp(App[int]):
             self.exit_code = 1
             self.notify(str(event.worker.error), title="engine stopped", severity="error", timeout=30)
 
-    # -- keys -----------------------------------------------------------------------------------
+    def action_toggle_view(self) -> None:
+        self.query_one(SlotsPanel).toggle_view()
+
+    def action_next_theme(self) -> None:
+        names = [t.name for t in THEMES]
+        self.theme = names[(names.index(self.theme) + 1) % len(names)] if self.theme in names else names[0]
+        for panel in self.query(".panel"):
+            panel.refresh()
+
+    def action_help(self) -> None:
+        self.push_screen(HelpScreen())
+
+    async def action_quit(self) -> None:
+        self.workers.cancel_group(self, "engine")
+        if self.telemetry is not None:
+            self.telemetry.stop()
+        self.exit(self.exit_code)
+
+
+class BatchtopApp(Dashboard):
+    """The live dashboard: keys steer the running engine through its bridge."""
+
+    BINDINGS = [
+        Binding("s", "toggle_mode", "static/continuous"),
+        Binding("plus,equals_sign", "more_seqs", "+seq", key_display="+"),
+        Binding("minus", "fewer_seqs", "-seq", key_display="-"),
+        Binding("right_square_bracket", "double_seqs", "×2", show=False, key_display="]"),
+        Binding("left_square_bracket", "halve_seqs", "÷2", show=False, key_display="["),
+        Binding("space", "toggle_pause", "pause"),
+        Binding("n", "step", "step", show=False),
+        Binding("b", "burst", "burst"),
+        Binding("r", "restart", "restart", show=False),
+    ]
+    bridge: EngineBridge
+
     def action_toggle_mode(self) -> None:
         mode = self.bridge.toggle_mode()
         self.notify(f"mode={mode} from the next admission", timeout=2)
@@ -175,21 +203,3 @@ class BatchtopApp(App[int]):
     def action_restart(self) -> None:
         self.bridge.restart()
         self.notify("restarting the workload from t=0", timeout=2)
-
-    def action_toggle_view(self) -> None:
-        self.query_one(SlotsPanel).toggle_view()
-
-    def action_next_theme(self) -> None:
-        names = [t.name for t in THEMES]
-        self.theme = names[(names.index(self.theme) + 1) % len(names)] if self.theme in names else names[0]
-        for panel in self.query(".panel"):
-            panel.refresh()
-
-    def action_help(self) -> None:
-        self.push_screen(HelpScreen())
-
-    async def action_quit(self) -> None:
-        self.workers.cancel_group(self, "engine")
-        if self.telemetry is not None:
-            self.telemetry.stop()
-        self.exit(self.exit_code)

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from core_engine import control
 from core_engine.engine import MAX_NUM_SEQS_LIMIT, Engine
 from core_engine.request import Request
-from core_engine.workload import make_burst
+from core_engine.session import Session
 from tui.frame import DashboardFrame, FrameBuilder
 
 PUBLISH_INTERVAL_S = 0.05
@@ -25,9 +25,10 @@ Notify = Callable[[str, str], None]  # (kind, text): kind is "error", "finished"
 
 class EngineBridge:
     def __init__(self, engine: Engine, requests: list[Request], *, start_paused: bool = False,
-                 notify: Notify | None = None) -> None:
+                 notify: Notify | None = None, session: Session | None = None) -> None:
         self.engine = engine
         self.requests = requests
+        self.session = session or Session(engine, requests)
         engine.load_workload(requests)
         self.notify: Notify = notify or (lambda kind, text: None)
         self._builder = FrameBuilder(len(requests))
@@ -36,9 +37,8 @@ class EngineBridge:
         self._restart = False
         self._wake = threading.Event()
         self._lock = threading.Lock()
-        self._bursts = 0
         self._last_publish = 0.0
-        self.caption: str | None = None
+        self._recorded_pause = start_paused
         self.error: str | None = None
         self._finished_announced = False
         self.frame: DashboardFrame = self._builder.frame(self._state())
@@ -78,13 +78,10 @@ class EngineBridge:
         self._wake.set()
 
     def burst(self, count: int | None = None) -> int:
-        count = count or max(8, self.current_max_num_seqs())
-        self._bursts += 1
-        batch = make_burst(self.requests, count, seed=self.engine.config.seed + self._bursts,
-                           vocab_size=self.engine.config.model.vocab_size, tag=f"burst{self._bursts}")
-        self._builder.total_requests += len(batch)
-        self._send(control.AddRequests(batch))
-        return len(batch)
+        with self._lock:  # the script may burst from the engine thread at the same time
+            n = self.session.burst(count or max(8, self.current_max_num_seqs()))
+        self._wake.set()
+        return n
 
     def restart(self) -> None:
         self._restart = True
@@ -102,21 +99,35 @@ class EngineBridge:
     def run(self, is_cancelled: Callable[[], bool]) -> None:
         """The worker body: step while running, wait while paused or done, stop when cancelled."""
         try:
-            while not is_cancelled():
+            while not is_cancelled() and not self.session.quit_requested:
                 self._loop_once()
         except Exception as exc:  # the engine is dead; the UI stays up and says why
             self.error = f"{type(exc).__name__}: {exc}"
             self._publish(force=True, sample=False)
+            self.session.close("error", self.error)
             self.notify("error", self.error + "\n" + traceback.format_exc(limit=6))
+            return
+        self.session.close("script quit" if self.session.quit_requested else "quit")
+        if self.session.quit_requested:
+            self.notify("quit", "the script has ended the demo")
 
     def _loop_once(self) -> None:
+        if self._recorded_pause != self._paused:
+            self._recorded_pause = self._paused
+            self.session.note("pause" if self._paused else "resume")
         if self._restart:
             self._restart = False
-            self.engine.reset()
+            self.engine.submit(control.Reset())
+            self.engine.apply_pending()
+            self.session.restarted()
+            self.session.after_step(self.engine.snapshot())
             self._builder = FrameBuilder(len(self.requests))
             self._finished_announced = False
         with self._lock:
             single = self._pending_steps > 0
+        if not self._paused:
+            with self._lock:
+                self.session.before_step()
         if (self._paused and not single) or (self.engine.is_done() and not single):
             self._idle()
             return
@@ -124,21 +135,23 @@ class EngineBridge:
         if single:
             with self._lock:
                 self._pending_steps -= 1
-        if snap is None:
-            self._builder.observe(self.engine.latest)
+        self.session.after_step(snap)
+        self._builder.observe(snap)
+        if not snap.is_step:
             wait = self.engine.seconds_until_next_arrival()
             self._publish(force=single, sample=False)
             if wait:
                 self._wake.wait(min(wait, IDLE_WAIT_S))
                 self._wake.clear()
             return
-        self._builder.observe(snap)
         self._publish(force=single)
 
     def _idle(self) -> None:
         """Apply controls sent while paused (so the status line follows at once) and wait."""
         if self.engine.apply_pending():
-            self._builder.observe(self.engine.snapshot())
+            snap = self.engine.snapshot()
+            self.session.after_step(snap)
+            self._builder.observe(snap)
         if self.engine.is_done() and not self._finished_announced and self._builder.last is not None:
             self._finished_announced = True
             self.notify("finished", "workload finished — press r to run it again")
@@ -162,4 +175,5 @@ class EngineBridge:
         self._last_publish = now
         if sample:
             self._builder.sample_rate()
-        self.frame = self._builder.frame(self._state(), self.error, self.caption)
+        self._builder.total_requests = len(self.requests) + self.session.extra_requests
+        self.frame = self._builder.frame(self._state(), self.error, self.session.caption)

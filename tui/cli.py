@@ -4,20 +4,23 @@ from __future__ import annotations
 
 import click
 
-from tui.options import engine_options
+from tui.options import engine_options, session_options
 
 CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 
 
 @click.group(invoke_without_command=True, context_settings=CONTEXT)
 @engine_options
+@session_options
+@click.option("--theme", type=click.Choice(["dark", "light", "colourblind"]), default="dark", show_default=True,
+              help="Dashboard colours; `t` cycles them live.")
 @click.option("--headless", is_flag=True,
               help="No screen: run the workload to completion and write the metrics JSON (schema batchtop.metrics/1).")
 @click.option("-o", "--output", type=str, default=None, metavar="FILE",
               help="--headless: write the metrics JSON here instead of stdout.")
 @click.version_option(package_name="batchtop")
 @click.pass_context
-def main(ctx: click.Context, headless: bool, output: str | None, **opts) -> None:
+def main(ctx: click.Context, headless: bool, output: str | None, theme: str, **opts) -> None:
     """See how an LLM inference engine batches: a real paged-KV continuous batcher, live.
 
     With no command, opens the dashboard on the default workload (the bundled Azure conversation
@@ -31,7 +34,7 @@ def main(ctx: click.Context, headless: bool, output: str | None, **opts) -> None
         run_headless(opts, output)
     else:
         from tui.dashboard_cmd import run_dashboard
-        run_dashboard(opts)
+        run_dashboard(opts, theme=f"batchtop-{theme}")
 
 
 @main.command(context_settings=CONTEXT)
@@ -46,3 +49,19 @@ def compare(output: str, **opts) -> None:
     """
     from tui.compare_cmd import run_compare
     run_compare(opts, output)
+
+
+@main.command(context_settings=CONTEXT)
+@click.argument("trace", metavar="TRACE")
+@click.option("--headless", is_flag=True, help="No screen: recompute the metrics JSON from the trace.")
+@click.option("-o", "--output", type=str, default=None, metavar="FILE", help="--headless: metrics JSON file (default stdout).")
+@click.option("--speed", type=click.FloatRange(0.25, 16), default=1.0, show_default=True,
+              help="Playback speed (< and > change it live).")
+@click.option("--theme", type=click.Choice(["dark", "light", "colourblind"]), default="dark", show_default=True)
+def replay(trace: str, headless: bool, output: str | None, speed: float, theme: str) -> None:
+    """Replay a recorded session (from --record) in the dashboard, or recompute its metrics.
+
+    Keys: space pause, < / > slower / faster (0.25x..16x), n next step, g / G start / end.
+    """
+    from tui.replay_cmd import run_replay
+    run_replay(trace, headless=headless, output=output, speed=speed, theme=f"batchtop-{theme}")

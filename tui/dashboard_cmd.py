@@ -17,7 +17,7 @@ def run_dashboard(opts: dict, *, theme: str = "batchtop-dark", start_paused: boo
     from tui.app import BatchtopApp  # Textual loads only here, never on the headless path
     from tui.bridge import EngineBridge
 
-    bridge = EngineBridge(engine, setup.requests, start_paused=start_paused)
+    bridge = EngineBridge(engine, setup.requests, start_paused=start_paused, session=setup.open_session(engine, peaks))
     app = BatchtopApp(bridge, setup.config, peaks, telemetry=TelemetrySampler(setup.config.device), theme=theme)
     code = app.run()
     sys.exit(code or 0)

@@ -10,6 +10,7 @@ import click
 from core_engine.device_peaks import DevicePeaks, device_peaks
 from core_engine.engine import Engine
 from core_engine.headless import RunResult, run_workload
+from core_engine.session import Session
 from core_engine.snapshot import StepSnapshot
 from tui.options import (EXIT_ENGINE_FAILURE, EXIT_INTERRUPTED, Setup, bad_input_exits, build_setup,
                          workload_info)
@@ -40,14 +41,14 @@ def warn_rejections(snap: StepSnapshot) -> None:
         note(f"warning: rejected {reason}")
 
 
-def run_and_report(engine: Engine, setup: Setup, label: str = "") -> RunResult:
+def run_and_report(engine: Engine, setup: Setup, label: str = "", session: Session | None = None) -> RunResult:
     progress = StderrProgress(len(setup.requests), label=label)
 
     def on_step(snap: StepSnapshot) -> None:
         warn_rejections(snap)
         progress.update(snap)
 
-    result = run_workload(engine, setup.requests, on_step=on_step)
+    result = run_workload(engine, setup.requests, session, on_step=on_step)
     progress.close()
     return result
 
@@ -59,6 +60,8 @@ def metrics_document(result: RunResult, setup: Setup, config_dict: dict, peaks: 
         doc["error"] = f"{type(result.error).__name__}: {result.error}"
     elif result.interrupted:
         doc["error"] = "interrupted"
+    elif result.stopped_by_script:
+        doc["stopped_by"] = "script"
     return doc
 
 
@@ -78,6 +81,8 @@ def run_headless(opts: dict, output: str | None) -> None:
         check_writable(output)
     engine = build_engine(setup)
     peaks = load_peaks(setup)
-    result = run_and_report(engine, setup)
+    result = run_and_report(engine, setup, session=setup.open_session(engine, peaks))
+    if setup.record:
+        note(f"recorded {setup.record}")
     write_json(metrics_document(result, setup, engine.config.as_dict(), peaks), output)
     sys.exit(exit_code(result))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import sys
+from pathlib import Path
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -11,9 +12,14 @@ from dataclasses import dataclass
 import click
 
 from core_engine.config import MODES, PRESETS, EngineConfig
+from core_engine.device_peaks import DevicePeaks
+from core_engine.engine import Engine
 from core_engine.errors import BadInput
 from core_engine.request import Request
+from core_engine.script import ScriptAction, ScriptPlayer, load_script
+from core_engine.session import Session
 from core_engine.setup import resolve_config, resolve_workload
+from core_engine.trace import Recorder
 from core_engine.workload import WorkloadSpec, load_workload
 
 EXIT_ENGINE_FAILURE = 1
@@ -21,6 +27,7 @@ EXIT_BAD_INPUT = 2
 EXIT_INTERRUPTED = 130
 
 POSITIVE = click.IntRange(min=1)
+DEMOS_DIR = Path(__file__).parent / "demos"
 _OPTIONS = [
     click.option("--mode", type=click.Choice(MODES), default="continuous", show_default=True,
                  help="Batching policy at start (toggle live with `s` in the dashboard)."),
@@ -54,10 +61,23 @@ _OPTIONS = [
     click.option("--prompt-mean", type=float, default=64.0, show_default=True, help="Synthetic: mean prompt length."),
     click.option("--output-mean", type=float, default=128.0, show_default=True, help="Synthetic: mean output length."),
 ]
+SESSION_OPTIONS = [
+    click.option("--record", type=str, default=None, metavar="FILE",
+                 help="Record the session to a batchtop.trace (JSON Lines; gzip if FILE ends in .gz)."),
+    click.option("--script", "script_path", type=str, default=None, metavar="FILE",
+                 help="Play timed actions (JSON, or YAML with PyYAML): mode, max_num_seqs, burst, caption, quit. "
+                      "'teaching' runs the bundled demo that walks through static vs continuous batching."),
+]
 
 
 def engine_options(func: Callable) -> Callable:
     for option in reversed(_OPTIONS):
+        func = option(func)
+    return func
+
+
+def session_options(func: Callable) -> Callable:
+    for option in reversed(SESSION_OPTIONS):
         func = option(func)
     return func
 
@@ -67,6 +87,20 @@ class Setup:
     config: EngineConfig
     spec: WorkloadSpec
     requests: list[Request]
+    script: list[ScriptAction] | None = None
+    record: str | None = None
+
+    def open_session(self, engine: Engine, peaks: DevicePeaks | None) -> Session:
+        recorder = None
+        if self.record is not None:
+            recorder = Recorder(self.record, {
+                "config": self.config.as_dict(),
+                "device": {"kind": self.config.device, "name": peaks.device_name if peaks else self.config.device},
+                "peaks": peaks.as_dict() if peaks is not None else None,
+                "workload": workload_info(self.spec, self.requests),
+            })
+        player = ScriptPlayer(self.script) if self.script else None
+        return Session(engine, self.requests, recorder=recorder, script=player)
 
 
 def build_setup(opts: dict, **overrides) -> Setup:
@@ -83,7 +117,12 @@ def build_setup(opts: dict, **overrides) -> Setup:
         output_scale=opts["output_scale"], time_scale=opts["time_scale"], rate=opts["rate"],
         prompt_mean=opts["prompt_mean"], output_mean=opts["output_mean"])
     requests = load_workload(spec, config.model.vocab_size)
-    return Setup(config, spec, requests)
+    script = load_script(opts["script_path"], DEMOS_DIR) if opts.get("script_path") else None
+    record = opts.get("record")
+    if record is not None:
+        from tui.output import check_writable
+        check_writable(record, "--record")
+    return Setup(config, spec, requests, script, record)
 
 
 def workload_info(spec: WorkloadSpec, requests: list[Request]) -> dict:

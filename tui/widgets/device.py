@@ -19,10 +19,12 @@ def _value(value: object, fmt: str) -> str:
 
 
 class DevicePanel(Panel):
-    def __init__(self, config: EngineConfig, peaks: DevicePeaks | None, *, id: str | None = "device") -> None:
+    def __init__(self, config: EngineConfig, peaks: DevicePeaks | None, *, live: bool = True,
+                 id: str | None = "device") -> None:
         super().__init__(id=id)
         self.config = config
         self.peaks = peaks
+        self.live = live
         self.sample: TelemetrySample | None = None
 
     def show_telemetry(self, sample: TelemetrySample | None) -> None:
@@ -43,7 +45,8 @@ class DevicePanel(Panel):
             text.append(f"roofs {si(p.peak_flops, 'FLOP/s')} · {si(p.peak_bytes_per_s, 'B/s')}\n")
             text.append(f"{p.source}\n", self.style("muted"))
         if s is None:
-            text.append("telemetry starting…", self.style("muted"))
+            text.append("telemetry starting…" if self.live else "recorded session: no live telemetry",
+                        self.style("muted"))
             return text
         if s.kind == "cuda":
             if not s.available:

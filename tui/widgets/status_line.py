@@ -20,11 +20,11 @@ def status_text(frame: DashboardFrame, config: EngineConfig, device_label: str, 
     text.append(f" mode={mode} ", "bold reverse")
     text.append(f" max_num_seqs={max_num_seqs} ", "bold")
     text.append(f"│ {STATE_LABEL.get(frame.state, frame.state)} ", "bold")
+    if extra:  # a replay's position, a demo's caption or the engine's error: ahead of the fixed facts
+        text.append(f"│ {extra} ", "bold")
     if snap is not None:
         text.append(f"│ step {snap.counters.steps} · t {snap.t:.1f}s ")
     text.append(f"│ {config.model.name} · {config.dtype} · {device_label} ")
-    if extra:
-        text.append(f"│ {extra}")
     return text
 
 
