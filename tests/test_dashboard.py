@@ -128,7 +128,8 @@ async def test_space_runs_and_pauses_and_the_finished_workload_stays_on_screen()
         assert app.bridge.frame.metrics.completed == len(WORKLOAD)
         assert "done 10/10" in screen_text(app)
         await pilot.press("r")  # r runs it again from the start
-        await wait_for(pilot, lambda: app.bridge.frame.state == "finished" and steps(app) > 0)
+        await wait_for(pilot, lambda: app.bridge.runs == 2 and app.bridge.frame.state == "finished")
+        assert app.bridge.frame.metrics.completed == len(WORKLOAD)
         await pilot.press("space")
         await wait_for(pilot, lambda: "paused" in status(app))
 

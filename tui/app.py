@@ -6,6 +6,8 @@ timer and never blocks it. Keys become commands on the source; nothing here touc
 
 from __future__ import annotations
 
+import asyncio
+
 from textual import work
 from textual.app import App, ComposeResult
 from textual.binding import Binding
@@ -30,6 +32,15 @@ from tui.widgets.status_line import StatusLine, status_text
 from tui.widgets.waiting import WaitingPanel
 
 POLL_HZ = 15
+QUIT_WAIT_S = 10.0  # longest we wait for a step in flight when quitting
+
+
+COMMON_BINDINGS = [
+    Binding("v", "toggle_view", "timeline"),
+    Binding("t", "next_theme", "theme", show=False),
+    Binding("question_mark", "help", "help", key_display="?"),
+    Binding("q", "quit", "quit"),
+]
 
 
 class EngineEvent(Message):
@@ -48,12 +59,6 @@ class Dashboard(App[int]):
     TITLE = "batchtop"
     ENABLE_COMMAND_PALETTE = False
     LIVE = True  # False: a replay, with no engine or telemetry behind it
-    BINDINGS = [
-        Binding("v", "toggle_view", "timeline"),
-        Binding("t", "next_theme", "theme", show=False),
-        Binding("question_mark", "help", "help", key_display="?"),
-        Binding("q", "quit", "quit"),
-    ]
 
     def __init__(self, bridge, config: EngineConfig, peaks: DevicePeaks | None, *,
                  device_label: str | None = None, telemetry: TelemetrySampler | None = None,
@@ -146,6 +151,12 @@ class Dashboard(App[int]):
         self.push_screen(HelpScreen())
 
     async def action_quit(self) -> None:
+        """Let the engine thread finish its step (and close a recording) before the app goes."""
+        self.bridge.stop()
+        for _ in range(int(QUIT_WAIT_S / 0.02)):
+            if self.bridge.done.is_set():
+                break
+            await asyncio.sleep(0.02)
         self.workers.cancel_group(self, "engine")
         if self.telemetry is not None:
             self.telemetry.stop()
@@ -165,6 +176,7 @@ class BatchtopApp(Dashboard):
         Binding("n", "step", "step", show=False),
         Binding("b", "burst", "burst"),
         Binding("r", "restart", "restart", show=False),
+        *COMMON_BINDINGS,
     ]
     bridge: EngineBridge
 

@@ -39,6 +39,9 @@ class EngineBridge:
         self._lock = threading.Lock()
         self._last_publish = 0.0
         self._recorded_pause = start_paused
+        self.stop_requested = False
+        self.done = threading.Event()  # set once the engine thread has left its loop
+        self.runs = 1  # restarts so far + 1
         self.error: str | None = None
         self._finished_announced = False
         self.frame: DashboardFrame = self._builder.frame(self._state())
@@ -96,20 +99,26 @@ class EngineBridge:
         return snap.mode if snap is not None else self.engine.mode
 
     # -- the engine thread ----------------------------------------------------------------------
+    def stop(self) -> None:
+        """Ask the engine thread to finish its step and leave; `done` is set when it has."""
+        self.stop_requested = True
+        self._wake.set()
+
     def run(self, is_cancelled: Callable[[], bool]) -> None:
         """The worker body: step while running, wait while paused or done, stop when cancelled."""
         try:
-            while not is_cancelled() and not self.session.quit_requested:
+            while not (is_cancelled() or self.stop_requested or self.session.quit_requested):
                 self._loop_once()
+            self.session.close("script quit" if self.session.quit_requested else "quit")
+            if self.session.quit_requested:
+                self.notify("quit", "the script has ended the demo")
         except Exception as exc:  # the engine is dead; the UI stays up and says why
             self.error = f"{type(exc).__name__}: {exc}"
             self._publish(force=True, sample=False)
             self.session.close("error", self.error)
             self.notify("error", self.error + "\n" + traceback.format_exc(limit=6))
-            return
-        self.session.close("script quit" if self.session.quit_requested else "quit")
-        if self.session.quit_requested:
-            self.notify("quit", "the script has ended the demo")
+        finally:
+            self.done.set()
 
     def _loop_once(self) -> None:
         if self._recorded_pause != self._paused:
@@ -123,6 +132,7 @@ class EngineBridge:
             self.session.after_step(self.engine.snapshot())
             self._builder = FrameBuilder(len(self.requests))
             self._finished_announced = False
+            self.runs += 1
         with self._lock:
             single = self._pending_steps > 0
         if not self._paused:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from textual.binding import Binding
 
-from tui.app import Dashboard
+from tui.app import COMMON_BINDINGS, Dashboard
 from tui.frame import DashboardFrame
 from tui.replay_source import ReplaySource
 
@@ -18,6 +18,7 @@ class ReplayApp(Dashboard):
         Binding("n", "step", "step"),
         Binding("g", "start", "start"),
         Binding("G", "end", "end", key_display="G"),
+        *COMMON_BINDINGS,
     ]
     bridge: ReplaySource
 

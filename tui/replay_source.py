@@ -28,6 +28,8 @@ class ReplaySource:
         self._wake = threading.Event()
         self._seek: int | None = None
         self._single = 0
+        self.stop_requested = False
+        self.done = threading.Event()
         self._reset_state()
         self.frame: DashboardFrame = self._frame()
 
@@ -66,9 +68,19 @@ class ReplaySource:
         self._wake.set()
 
     # -- the replay thread ----------------------------------------------------------------------
+    def stop(self) -> None:
+        self.stop_requested = True
+        self._wake.set()
+
     def run(self, is_cancelled: Callable[[], bool]) -> None:
+        try:
+            self._run(is_cancelled)
+        finally:
+            self.done.set()
+
+    def _run(self, is_cancelled: Callable[[], bool]) -> None:
         last = time.monotonic()
-        while not is_cancelled():
+        while not (is_cancelled() or self.stop_requested):
             now = time.monotonic()
             elapsed, last = now - last, now
             if self._seek is not None:
