@@ -54,11 +54,13 @@ def paged_decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torc
     q: (B, nh, hd); block_tables: (B, max_blocks) padded with any valid block; context_lens: (B,)
     keys each row may see. Returns (B, nh, hd).
     """
-    b, kvh, hd = q.shape[0], k_cache.shape[2], k_cache.shape[3]
+    b, nh, hd = q.shape
+    kvh = k_cache.shape[2]
     k = k_cache[block_tables].reshape(b, -1, kvh, hd).transpose(1, 2)  # (B, kvh, L, hd)
     v = v_cache[block_tables].reshape(b, -1, kvh, hd).transpose(1, 2)
     positions = torch.arange(k.shape[2], device=q.device)
     mask = (positions[None, :] < context_lens[:, None])[:, None, None, :]  # (B, 1, 1, L)
-    out = F.scaled_dot_product_attention(q.unsqueeze(2), k, v, attn_mask=mask, scale=scale,
-                                         enable_gqa=True)
-    return out.squeeze(2)
+    # The query heads sharing a KV head become that head's "query rows": (B, kvh, nh/kvh, hd).
+    # Same math as enable_gqa, several times faster on CPU for one-token queries.
+    out = F.scaled_dot_product_attention(q.view(b, kvh, nh // kvh, hd), k, v, attn_mask=mask, scale=scale)
+    return out.reshape(b, nh, hd)

@@ -39,6 +39,7 @@ COMMON_BINDINGS = [
     Binding("v", "toggle_view", "timeline"),
     Binding("t", "next_theme", "theme", show=False),
     Binding("question_mark", "help", "help", key_display="?"),
+    Binding("p", "save_svg", "screenshot", show=False),
     Binding("q", "quit", "quit"),
 ]
 
@@ -149,6 +150,10 @@ class Dashboard(App[int]):
 
     def action_help(self) -> None:
         self.push_screen(HelpScreen())
+
+    def action_save_svg(self) -> None:
+        path = self.save_screenshot(path=".")
+        self.notify(f"screenshot saved to {path}", timeout=3)
 
     async def action_quit(self) -> None:
         """Let the engine thread finish its step (and close a recording) before the app goes."""

@@ -38,7 +38,8 @@ slot and KV utilisation, preemptions, completed/total.
 | `]` / `[` | double / halve max_num_seqs |
 | `space` | pause / resume the engine; `n` runs one step while paused |
 | `b` | inject a burst of requests; `r` restarts the workload |
-| `v` | Slots grid / timeline; `t` next theme; `q` quit |
+| `v` | Slots grid / timeline; `t` next theme; `p` save an SVG screenshot; `q` quit |
+| replay | `space` pause, `<` `>` slower / faster, `n` next step, `g` / `G` start / end |
 
 Press `escape` or `?` to close.
 """
