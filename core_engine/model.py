@@ -44,10 +44,9 @@ class RMSNorm(nn.Module):
         self.variance_epsilon = eps
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        dtype = x.dtype
-        x = x.float()
-        x = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.variance_epsilon)
-        return self.weight * x.to(dtype)
+        # HF's math (normalise in fp32, scale) as one fused kernel; it rounds to the model dtype once
+        # at the end where HF rounds before the scale too, which differs only in the last bf16 bit.
+        return F.rms_norm(x, (x.shape[-1],), self.weight, self.variance_epsilon)
 
 
 def rope_cos_sin(positions: torch.Tensor, head_dim: int, theta: float,
@@ -106,10 +105,12 @@ class Attention(nn.Module):
     def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
                 batch: AttentionBatch) -> torch.Tensor:
         t = x.shape[0]
-        q, k, v = self.qkv_proj(x).split([self.q_size, self.kv_size, self.kv_size], dim=-1)
-        q = apply_rope(q.view(t, self.num_heads, self.head_dim), cos, sin)  # (T, nh, hd)
-        k = apply_rope(k.view(t, self.num_kv_heads, self.head_dim), cos, sin)  # (T, kvh, hd)
-        v = v.view(t, self.num_kv_heads, self.head_dim)
+        qkv = self.qkv_proj(x)
+        # q and k heads sit side by side in qkv: rotate them in one pass
+        qk = apply_rope(qkv[:, :self.q_size + self.kv_size].view(t, self.num_heads + self.num_kv_heads,
+                                                                 self.head_dim), cos, sin)
+        q, k = qk[:, :self.num_heads], qk[:, self.num_heads:]  # (T, nh, hd), (T, kvh, hd)
+        v = qkv[:, self.q_size + self.kv_size:].view(t, self.num_kv_heads, self.head_dim)
         k_cache, v_cache = batch.kv_caches[self.layer_idx]
         store_kv(k, v, k_cache, v_cache, batch.slot_mapping)
 
@@ -178,13 +179,13 @@ class LlamaForCausalLM(nn.Module):
     @torch.inference_mode()
     def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, batch: AttentionBatch,
                 logits_rows: torch.Tensor) -> torch.Tensor:
-        """input_ids/positions: (T,); logits_rows: rows whose next token is sampled. -> (S, vocab) fp32."""
+        """input_ids/positions: (T,); logits_rows: rows whose next token is sampled. -> (S, vocab)."""
         x = self.model.embed_tokens(input_ids)  # (T, H)
         cos, sin = rope_cos_sin(positions, self.config.head_dim, self.config.rope_theta, x.dtype)
         for layer in self.model.layers:
             x = layer(x, cos, sin, batch)
         x = self.model.norm(x[logits_rows])  # only the rows we sample from reach the lm_head
-        return self.lm_head(x).float()
+        return self.lm_head(x)  # model dtype: greedy argmax needs no fp32 copy
 
 
 def init_weights(model: LlamaForCausalLM, seed: int, std: float = 0.02) -> None:

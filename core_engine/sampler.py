@@ -14,10 +14,10 @@ class Sampler:
         self._generators: dict[int, torch.Generator] = {}
 
     def sample(self, logits: torch.Tensor, seqs: list[Sequence]) -> list[int]:
-        """logits: (S, vocab) fp32, one row per sequence in seqs."""
+        """logits: (S, vocab) in the model dtype, one row per sequence in seqs."""
         if all(s.request.sampling.greedy for s in seqs):
             return logits.argmax(dim=-1).tolist()
-        return [self._sample_row(row, seq) for row, seq in zip(logits, seqs)]
+        return [self._sample_row(row, seq) for row, seq in zip(logits.float(), seqs)]
 
     def _sample_row(self, logits: torch.Tensor, seq: Sequence) -> int:
         params = seq.request.sampling

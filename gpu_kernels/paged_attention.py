@@ -24,8 +24,8 @@ def gather_kv(k_cache: torch.Tensor, v_cache: torch.Tensor, block_table: torch.T
               num_tokens: int) -> tuple[torch.Tensor, torch.Tensor]:
     """One sequence's first num_tokens keys and values, (num_tokens, kvh, hd) each."""
     kvh, hd = k_cache.shape[-2:]
-    k = k_cache[block_table].reshape(-1, kvh, hd)[:num_tokens]
-    v = v_cache[block_table].reshape(-1, kvh, hd)[:num_tokens]
+    k = k_cache.index_select(0, block_table).view(-1, kvh, hd)[:num_tokens]
+    v = v_cache.index_select(0, block_table).view(-1, kvh, hd)[:num_tokens]
     return k, v
 
 
@@ -56,8 +56,9 @@ def paged_decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torc
     """
     b, nh, hd = q.shape
     kvh = k_cache.shape[2]
-    k = k_cache[block_tables].reshape(b, -1, kvh, hd).transpose(1, 2)  # (B, kvh, L, hd)
-    v = v_cache[block_tables].reshape(b, -1, kvh, hd).transpose(1, 2)
+    blocks = block_tables.view(-1)  # index_select: several times faster than advanced indexing here
+    k = k_cache.index_select(0, blocks).view(b, -1, kvh, hd).transpose(1, 2)  # (B, kvh, L, hd)
+    v = v_cache.index_select(0, blocks).view(b, -1, kvh, hd).transpose(1, 2)
     positions = torch.arange(k.shape[2], device=q.device)
     mask = (positions[None, :] < context_lens[:, None])[:, None, None, :]  # (B, 1, 1, L)
     # The query heads sharing a KV head become that head's "query rows": (B, kvh, nh/kvh, hd).
