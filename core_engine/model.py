@@ -114,8 +114,12 @@ class Attention(nn.Module):
         k_cache, v_cache = batch.kv_caches[self.layer_idx]
         store_kv(k, v, k_cache, v_cache, batch.slot_mapping)
 
-        out = torch.empty_like(q)
         d = batch.num_decode_rows
+        if d == t:  # a pure decode step: no prefill rows to interleave, no copy into a shared buffer
+            out = paged_decode_attention(q, k_cache, v_cache, batch.decode_block_tables,
+                                         batch.decode_context_lens, self.scale)
+            return self.o_proj(out.reshape(t, self.q_size))
+        out = torch.empty_like(q)
         if d:
             out[:d] = paged_decode_attention(q[:d], k_cache, v_cache, batch.decode_block_tables,
                                              batch.decode_context_lens, self.scale)
@@ -127,7 +131,7 @@ class Attention(nn.Module):
                 ck, cv = gather_kv(k_cache, v_cache, chunk.block_table,
                                    chunk.context_start + chunk.num_tokens)
             out[rows] = prefill_attention(q[rows], ck, cv, chunk.context_start, self.scale)
-        return self.o_proj(out.view(t, self.num_heads * self.head_dim))
+        return self.o_proj(out.view(t, self.q_size))
 
 
 class MLP(nn.Module):

@@ -46,7 +46,7 @@ def make_app(mode: str = "continuous", runner: ModelRunner | None = None, **over
 async def wait_for(pilot, predicate, timeout: float = 10.0) -> None:
     for _ in range(int(timeout / 0.02)):
         if predicate():
-            pilot.app.poll()
+            pilot.app.poll(force=True)
             await pilot.pause()
             return
         await asyncio.sleep(0.02)

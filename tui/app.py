@@ -7,6 +7,9 @@ timer and never blocks it. Keys become commands on the source; nothing here touc
 from __future__ import annotations
 
 import asyncio
+import time
+
+from rich.text import Text
 
 from textual import work
 from textual.app import App, ComposeResult
@@ -31,7 +34,8 @@ from tui.widgets.slots import SlotsPanel
 from tui.widgets.status_line import StatusLine, status_text
 from tui.widgets.waiting import WaitingPanel
 
-POLL_HZ = 15
+POLL_HZ = 10
+STATUS_INTERVAL_S = 0.5
 QUIT_WAIT_S = 10.0  # longest we wait for a step in flight when quitting
 
 
@@ -75,6 +79,8 @@ class Dashboard(App[int]):
             self.register_theme(t)
         self.theme = theme
         self._shown: DashboardFrame | None = None
+        self._status_text: Text | None = None
+        self._status_paint = float("-inf")
         self.exit_code = 0
         bridge.notify = lambda kind, text: self.post_message(EngineEvent(kind, text))
 
@@ -94,11 +100,13 @@ class Dashboard(App[int]):
         return dict(THEMES[0].variables)  # panels' own variables resolve under any theme
 
     def on_mount(self) -> None:
+        self._panels = [self.query_one(p) for p in (SlotsPanel, KVBlocksPanel, WaitingPanel, RooflinePanel,
+                                                     DevicePanel)]
         self.set_interval(1 / self.poll_hz, self.poll)
         if self.telemetry is not None:
             self.telemetry.start()
-        self.run_engine()
         self.poll()
+        self.call_after_refresh(self.run_engine)  # the first paint is the costliest: let it finish first
 
     @work(thread=True, exit_on_error=False, name="engine", group="engine")
     def run_engine(self) -> None:
@@ -106,20 +114,30 @@ class Dashboard(App[int]):
         self.bridge.run(lambda: worker.is_cancelled)
 
     # -- drawing --------------------------------------------------------------------------------
-    def poll(self) -> None:
+    def poll(self, force: bool = False) -> None:
+        """Hand the newest frame to every panel; each repaints only if its picture changed.
+
+        On 2 cores every millisecond the UI draws is taken from the engine, so while it runs each
+        panel repaints at its own cadence (a few times a second); paused, finished or stepped by
+        hand, everything repaints at once, and a change of state repaints everything."""
+        device = self.query_one(DevicePanel)
         if self.telemetry is not None:
-            self.query_one(DevicePanel).show_telemetry(self.telemetry.latest)
+            device.sample = self.telemetry.latest
         frame = self.bridge.frame
-        if frame is self._shown:
-            return
+        force = force or frame.state != (self._shown.state if self._shown is not None else None)
+        throttle = frame.state in ("running", "replay")
         self._shown = frame
-        for panel in (SlotsPanel, KVBlocksPanel, WaitingPanel, RooflinePanel, DevicePanel):
-            self.query_one(panel).show(frame)
-        self.query_one(MetricsStrip).show(frame)
-        status = self.query_one(StatusLine)
-        status.update(status_text(frame, self.config, self.device_label, self.status_extra(frame)))
-        status.set_class(frame.state == "error", "-error")
-        status.set_class(frame.state == "paused", "-paused")
+        now = time.monotonic()
+        for panel in self._panels:
+            panel.show(frame, now, force, throttle)
+        self.query_one(MetricsStrip).show(frame, now, force, throttle)
+        text = status_text(frame, self.config, self.device_label, self.status_extra(frame))
+        if force or (text != self._status_text and (not throttle or now - self._status_paint >= STATUS_INTERVAL_S)):
+            self._status_text, self._status_paint = text, now
+            status = self.query_one(StatusLine)
+            status.update(text, layout=False)
+            status.set_class(frame.state == "error", "-error")
+            status.set_class(frame.state == "paused", "-paused")
 
     def status_extra(self, frame: DashboardFrame) -> str:
         if frame.error:

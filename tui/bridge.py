@@ -17,7 +17,7 @@ from core_engine.request import Request
 from core_engine.session import Session
 from tui.frame import DashboardFrame, FrameBuilder
 
-PUBLISH_INTERVAL_S = 0.05
+PUBLISH_INTERVAL_S = 0.1  # the UI polls at 10 Hz: a frame more often would be built for nobody
 IDLE_WAIT_S = 0.05
 
 Notify = Callable[[str, str], None]  # (kind, text): kind is "error", "finished" or "info"

@@ -5,6 +5,7 @@ from __future__ import annotations
 import sys
 
 from core_engine.telemetry import TelemetrySampler
+from core_engine.torch_thread import call_in_thread
 from tui.headless_cmd import build_engine, load_peaks
 from tui.options import bad_input_exits, build_setup
 
@@ -12,8 +13,8 @@ from tui.options import bad_input_exits, build_setup
 def run_dashboard(opts: dict, *, theme: str = "batchtop-dark", start_paused: bool = False) -> None:
     with bad_input_exits():
         setup = build_setup(opts)
-    engine = build_engine(setup)
-    peaks = load_peaks(setup)
+    # The main thread will draw; it must never run a torch parallel region (see core_engine.torch_thread)
+    engine, peaks = call_in_thread(lambda: (build_engine(setup), load_peaks(setup)))
     from tui.app import BatchtopApp  # Textual loads only here, never on the headless path
     from tui.bridge import EngineBridge
 

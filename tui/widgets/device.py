@@ -19,6 +19,7 @@ def _value(value: object, fmt: str) -> str:
 
 
 class DevicePanel(Panel):
+    MIN_INTERVAL_S = 1.0
     def __init__(self, config: EngineConfig, peaks: DevicePeaks | None, *, live: bool = True,
                  id: str | None = "device") -> None:
         super().__init__(id=id)
@@ -27,10 +28,8 @@ class DevicePanel(Panel):
         self.live = live
         self.sample: TelemetrySample | None = None
 
-    def show_telemetry(self, sample: TelemetrySample | None) -> None:
-        if sample is not self.sample:
-            self.sample = sample
-            self.refresh()
+    def content_key(self, frame: DashboardFrame) -> object:
+        return self.sample
 
     def update_titles(self, frame: DashboardFrame) -> None:
         self.border_title = "Device"

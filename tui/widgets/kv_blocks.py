@@ -12,7 +12,7 @@ from rich.text import Text
 
 from core_engine.kv_cache import FREE
 from tui.frame import DashboardFrame
-from tui.widgets.panel import Panel
+from tui.widgets.panel import Panel, Runs
 
 SHADES = "░▒▓█"  # 1-25%, 26-50%, 51-75%, 76-100% of a cell's blocks in use
 
@@ -24,6 +24,10 @@ def blocks_per_cell(num_blocks: int, width: int, height: int) -> int:
 class KVBlocksPanel(Panel):
     def __init__(self, *, id: str | None = "kv") -> None:
         super().__init__(id=id)
+
+    def content_key(self, frame: DashboardFrame) -> object:
+        snap = frame.snapshot
+        return None if snap is None else (snap.block_owners, snap.num_free_blocks)
 
     def update_titles(self, frame: DashboardFrame) -> None:
         snap = frame.snapshot
@@ -43,16 +47,16 @@ class KVBlocksPanel(Panel):
         width, height = max(1, self.content_size.width), max(1, self.content_size.height)
         per = blocks_per_cell(len(owners), width, height)
         free = self.style("kv-free")
-        text = Text(no_wrap=True, overflow="crop")
-        cells = [owners[i:i + per] for i in range(0, len(owners), per)]
-        for n, group in enumerate(cells):
+        out = Runs()
+        for n, start in enumerate(range(0, len(owners), per)):
             if n and n % width == 0:
-                text.append("\n")
+                out.newline()
+            group = owners[start:start + per]
             used = [o for o in group if o != FREE]
             if not used:
-                text.append("·", free)
+                out.add("·", free)
                 continue
-            owner = Counter(used).most_common(1)[0][0]
+            owner = Counter(used).most_common(1)[0][0] if per > 1 else used[0]
             shade = "■" if per == 1 else SHADES[min(3, (4 * len(used) - 1) // len(group))]
-            text.append(shade, self.style(f"req-{owner % 12}"))
-        return text
+            out.add(shade, self.request_style(owner))
+        return out.text()

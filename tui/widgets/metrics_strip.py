@@ -15,7 +15,14 @@ def ms(value: float | None) -> str:
 
 
 class MetricsStrip(Horizontal):
-    """Two sparklines with their labels, and a block of numbers."""
+    """Two sparklines with their labels, and a block of numbers; repainted about once a second."""
+
+    MIN_INTERVAL_S = 1.0
+
+    def __init__(self, *, id: str | None = None) -> None:
+        super().__init__(id=id)
+        self._last_paint = float("-inf")
+        self._shown: DashboardFrame | None = None
 
     def compose(self) -> ComposeResult:
         yield Label("tok/s", id="tok-label", classes="spark-label")
@@ -24,14 +31,18 @@ class MetricsStrip(Horizontal):
         yield Sparkline([], id="batch-spark", summary_function=max)
         yield Label("", id="numbers")
 
-    def show(self, frame: DashboardFrame) -> None:
+    def show(self, frame: DashboardFrame, now: float, force: bool = False, throttle: bool = True) -> None:
+        if frame is self._shown or (throttle and not force and now - self._last_paint < self.MIN_INTERVAL_S):
+            return
+        self._shown, self._last_paint = frame, now
+        # Fixed-size labels: update without a layout pass (a relayout per frame costs the engine)
         m = frame.metrics
-        self.query_one("#tok-label", Label).update(f"tok/s {m.tok_s_now:>5.0f}")
+        self.query_one("#tok-label", Label).update(f"tok/s {m.tok_s_now:>5.0f}", layout=False)
         self.query_one("#tok-spark", Sparkline).data = list(m.tok_s_history) or [0.0]
         batch_now = frame.snapshot.num_seqs if frame.snapshot is not None else 0
-        self.query_one("#batch-label", Label).update(f"batch {batch_now:>5d}")
+        self.query_one("#batch-label", Label).update(f"batch {batch_now:>5d}", layout=False)
         self.query_one("#batch-spark", Sparkline).data = list(m.batch_history) or [0.0]
-        self.query_one("#numbers", Label).update(numbers(m))
+        self.query_one("#numbers", Label).update(numbers(m), layout=False)
 
 
 def numbers(m: LiveMetrics) -> Text:

@@ -1,4 +1,9 @@
-"""The base of every panel: holds the newest frame, redraws only when it changes, reads theme colours."""
+"""The base of every panel: holds the newest frame, redraws only when it changes, reads theme colours.
+
+Panels redraw up to 15 times a second beside a busy engine, so drawing must be cheap: styles are
+built once per theme and reused, and text is assembled in runs (one span per stretch of equal
+style) rather than one span per cell — Textual's cost grows with the number of spans.
+"""
 
 from __future__ import annotations
 
@@ -10,18 +15,62 @@ from themes import NUM_REQUEST_COLOURS
 from tui.frame import DashboardFrame
 
 
+class Runs:
+    """Builds a Text from pieces, merging neighbours that share a style object."""
+
+    __slots__ = ("_parts",)
+
+    def __init__(self) -> None:
+        self._parts: list[list] = []
+
+    def add(self, text: str, style: Style | None = None) -> None:
+        if self._parts and self._parts[-1][1] is style:
+            self._parts[-1][0] += text
+        else:
+            self._parts.append([text, style])
+
+    def newline(self) -> None:
+        if self._parts:
+            self._parts[-1][0] += "\n"
+        else:
+            self._parts.append(["\n", None])
+
+    def text(self) -> Text:
+        out = Text(no_wrap=True, overflow="crop")
+        for piece, style in self._parts:
+            out.append(piece, style)
+        return out
+
+
 class Panel(Widget):
     DEFAULT_CLASSES = "panel"
+    MIN_INTERVAL_S = 1.0  # while the engine runs, repaint at most this often (see Dashboard.poll)
 
     def __init__(self, *, id: str | None = None) -> None:
         super().__init__(id=id)
         self.frame: DashboardFrame | None = None
+        self._key: object = None
+        self._last_paint = float("-inf")
+        self._styles: dict[tuple, Style] = {}
+        self._styles_theme: str | None = None
 
-    def show(self, frame: DashboardFrame) -> None:
-        if frame is not self.frame:
-            self.frame = frame
-            self.update_titles(frame)
-            self.refresh()
+    def show(self, frame: DashboardFrame, now: float, force: bool = False, throttle: bool = True) -> None:
+        """Repaint only when what this panel draws has changed, and not more often than its cadence.
+
+        Every repaint costs the UI thread milliseconds of CPU that it takes from the engine's cores.
+        """
+        key = self.content_key(frame)
+        if key == self._key and not force:
+            return
+        if throttle and not force and now - self._last_paint < self.MIN_INTERVAL_S:
+            return  # the next poll comes back to it
+        self._key, self._last_paint, self.frame = key, now, frame
+        self.update_titles(frame)
+        self.refresh()
+
+    def content_key(self, frame: DashboardFrame) -> object:
+        """What this panel's picture depends on; equal keys mean nothing to repaint."""
+        return frame
 
     def update_titles(self, frame: DashboardFrame) -> None:
         """Panels put their counts in the border title; override."""
@@ -29,13 +78,21 @@ class Panel(Widget):
     def colour(self, name: str) -> str:
         return self.app.theme_variables.get(name) or self.app.theme_variables.get("foreground", "default")
 
-    def request_colour(self, index: int) -> str:
-        return self.colour(f"req-{index % NUM_REQUEST_COLOURS}")
-
     def style(self, colour_var: str, *, bgcolor_var: str | None = None, bold: bool = False,
               dim: bool = False) -> Style:
-        return Style(color=self.colour(colour_var), bgcolor=self.colour(bgcolor_var) if bgcolor_var else None,
-                     bold=bold, dim=dim)
+        """The (cached) style for a theme colour; the same object each time, so runs can merge."""
+        if self._styles_theme != self.app.theme:
+            self._styles.clear()
+            self._styles_theme = self.app.theme
+        key = (colour_var, bgcolor_var, bold, dim)
+        style = self._styles.get(key)
+        if style is None:
+            style = self._styles[key] = Style(color=self.colour(colour_var), bold=bold, dim=dim,
+                                              bgcolor=self.colour(bgcolor_var) if bgcolor_var else None)
+        return style
+
+    def request_style(self, index: int, **kwargs) -> Style:
+        return self.style(f"req-{index % NUM_REQUEST_COLOURS}", **kwargs)
 
     def placeholder(self, message: str) -> Text:
         return Text(message, style=self.style("muted"))

@@ -14,7 +14,7 @@ from rich.text import Text
 from core_engine.device_peaks import DevicePeaks
 from core_engine.roofline import marginal_sequence_cost
 from tui.frame import DashboardFrame
-from tui.widgets.panel import Panel
+from tui.widgets.panel import Panel, Runs
 
 
 def si(value: float, unit: str) -> str:
@@ -25,9 +25,13 @@ def si(value: float, unit: str) -> str:
 
 
 class RooflinePanel(Panel):
+    MIN_INTERVAL_S = 1.0  # the trail moves every step; once a second is plenty to read it
     def __init__(self, peaks: DevicePeaks | None, *, id: str | None = "roofline") -> None:
         super().__init__(id=id)
         self.peaks = peaks
+
+    def content_key(self, frame: DashboardFrame) -> object:
+        return frame.trail[-1:] if frame.trail else None
 
     def update_titles(self, frame: DashboardFrame) -> None:
         self.border_title = "Roofline"
@@ -87,13 +91,14 @@ class RooflinePanel(Panel):
                 last = i == len(trail) - 1
                 glyph = ("●" if p.decode else "▲") if last else "•"
                 grid[r][c] = (glyph, ("point-decode" if p.decode else "point-prefill") + ("!" if last else ""))
-        text = Text(no_wrap=True, overflow="crop")
-        for r, line in enumerate(grid):
+        out = Runs()
+        for line in grid:
             for glyph, colour in line:
                 bold = colour.endswith("!")
-                text.append(glyph, self.style(colour.rstrip("!"), bold=bold, dim=not bold and colour.startswith("point")))
-            text.append("\n")
+                out.add(glyph, self.style(colour.rstrip("!"), bold=bold, dim=not bold and colour.startswith("point")))
+            out.newline()
         axis = f"{si(x_lo, 'FLOP/B')}".ljust(width // 2) + f"{si(x_hi, 'FLOP/B')}".rjust(width - width // 2)
-        text.append(axis[:width] + "\n", self.style("muted"))
-        text.append(self.verdict(frame)[:width], self.style("foreground", bold=True))
-        return text
+        out.add(axis[:width], self.style("muted"))
+        out.newline()
+        out.add(self.verdict(frame)[:width], self.style("foreground", bold=True))
+        return out.text()

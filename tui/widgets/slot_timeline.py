@@ -7,17 +7,21 @@ that refill at once — the picture these two policies are usually explained wit
 
 from __future__ import annotations
 
+from itertools import groupby
 from typing import TYPE_CHECKING
 
 from rich.text import Text
 
 from core_engine.request import Phase
 from tui.frame import DashboardFrame
+from tui.widgets.panel import Runs
 
 if TYPE_CHECKING:
     from tui.widgets.slots import SlotsPanel
 
 CELL = {Phase.DECODE: "█", Phase.PREFILL: "▓", Phase.PADDING: "░", Phase.IDLE: "│", Phase.EMPTY: " "}
+WASTED = (Phase.EMPTY, Phase.IDLE, Phase.PADDING)
+EMPTY_CELL = (-1, Phase.EMPTY)
 LABEL_WIDTH = 4
 
 
@@ -27,21 +31,29 @@ def render_timeline(panel: SlotsPanel, frame: DashboardFrame, width: int, height
     num_slots = max([len(col) for col, _ in columns] + [len(snap.slots)])
     rows = min(num_slots, max(1, height - 1))
     bubble = panel.style("background", bgcolor_var="bubble")
-    text = Text(no_wrap=True, overflow="crop")
+    muted = panel.style("muted")
+    looks: dict[tuple, tuple[str, object]] = {}
+
+    def look(cell: tuple[int, Phase], wasted_while_waiting: bool) -> tuple[str, object]:
+        index, phase = cell
+        if wasted_while_waiting and phase in WASTED:
+            return (CELL[phase] if phase is not Phase.EMPTY else "·"), bubble
+        if phase is Phase.EMPTY:
+            return " ", None
+        return CELL[phase], panel.request_style(index, dim=phase is Phase.PADDING)
+
+    out = Runs()
     for slot in range(rows):
-        text.append(f"{slot:>3} ", panel.style("muted"))
-        for col, waiting in columns:
-            index, phase = col[slot] if slot < len(col) else (-1, Phase.EMPTY)
-            wasted = phase in (Phase.EMPTY, Phase.IDLE, Phase.PADDING)
-            if waiting and wasted and slot < snap.max_num_seqs:
-                text.append(CELL[phase] if phase is not Phase.EMPTY else "·", bubble)
-            elif phase is Phase.EMPTY:
-                text.append(" ")
-            else:
-                text.append(CELL[phase], panel.style(f"req-{index % 12}", dim=phase is Phase.PADDING))
-        text.append("\n")
+        out.add(f"{slot:>3} ", muted)
+        in_cap = slot < snap.max_num_seqs
+        keys = ((col[slot] if slot < len(col) else EMPTY_CELL, waiting and in_cap) for col, waiting in columns)
+        for key, run in groupby(keys):  # a request holds its slot for many steps: draw runs, not cells
+            if key not in looks:
+                looks[key] = look(*key)
+            glyph, style = looks[key]
+            out.add(glyph * sum(1 for _ in run), style)
+        out.newline()
     hidden = num_slots - rows
     legend = "█ decode ▓ prefill ░ padding │ idle · bubble"
-    text.append(f"{'':>{LABEL_WIDTH}}{legend}" + (f"   +{hidden} slots below" if hidden > 0 else ""),
-                panel.style("muted"))
-    return text
+    out.add(f"{'':>{LABEL_WIDTH}}{legend}" + (f"   +{hidden} slots below" if hidden > 0 else ""), muted)
+    return out.text()

@@ -7,12 +7,13 @@ timeline (tui.widgets.slot_timeline).
 
 from __future__ import annotations
 
+from rich.style import Style
 from rich.text import Text
 
 from core_engine.request import Phase
 from core_engine.snapshot import SlotView, StepSnapshot
 from tui.frame import DashboardFrame
-from tui.widgets.panel import Panel
+from tui.widgets.panel import Panel, Runs
 from tui.widgets.slot_timeline import render_timeline
 
 GLYPH = {Phase.PREFILL: "▸", Phase.DECODE: "●", Phase.PADDING: "░", Phase.IDLE: "‖", Phase.EMPTY: "·"}
@@ -32,9 +33,18 @@ def progress(slot: SlotView) -> tuple[int, int]:
 
 
 class SlotsPanel(Panel):
+    MIN_INTERVAL_S = 0.3
     def __init__(self, *, id: str | None = "slots") -> None:
         super().__init__(id=id)
         self.timeline = False
+
+    def content_key(self, frame: DashboardFrame) -> object:
+        snap = frame.snapshot
+        if snap is None:
+            return None
+        if self.timeline:
+            return snap.step, snap.is_step, len(frame.timeline), self.timeline
+        return snap.slots, snap.num_waiting > 0, snap.max_num_seqs, self.timeline
 
     def toggle_view(self) -> None:
         self.timeline = not self.timeline
@@ -70,58 +80,57 @@ class SlotsPanel(Panel):
             if cols * max(1, height) >= len(slots) or cell_width == COMPACT_WIDTH:
                 break
         rows = -(-len(slots) // cols)
-        text = Text(no_wrap=True, overflow="crop")
+        out = Runs()
         for r in range(min(rows, height)):
             if r:
-                text.append("\n")
+                out.newline()
             for c in range(cols):
                 i = c * rows + r  # column-major: slot numbers run down, then across
                 if i < len(slots):
-                    draw(text, slots[i], snap, cell_width)
+                    draw(out, slots[i], snap, cell_width)
         if rows > height:
-            text.append(f"\n… {len(slots) - cols * height} more slots (widen the window)", self.style("muted"))
-        return text
+            out.add(f"\n… {len(slots) - cols * height} more slots (widen the window)", self.style("muted"))
+        return out.text()
 
-    def _cell_style(self, slot: SlotView, snap: StepSnapshot):
+    def _cell_style(self, slot: SlotView, snap: StepSnapshot) -> Style:
         if is_bubble(slot, snap):
             return self.style("background", bgcolor_var="bubble", bold=True)
         if slot.phase is Phase.EMPTY:
             return self.style("slot-empty")
         if slot.phase is Phase.PADDING:
             return self.style("phase-padding")
-        return self.style(f"req-{slot.index % 12}", bold=slot.phase is Phase.PREFILL)
+        return self.request_style(slot.index, bold=slot.phase is Phase.PREFILL)
 
-    def _bar(self, text: Text, slot: SlotView, length: int) -> None:
+    def _bar(self, out: Runs, slot: SlotView, length: int) -> None:
         done, total = progress(slot)
         filled = round(length * done / total) if total else 0
-        colour = "phase-padding" if slot.phase is Phase.PADDING else f"req-{slot.index % 12}"
-        text.append("█" * filled, self.style(colour))
-        text.append("░" * (length - filled), self.style("slot-empty"))
+        fill = self.style("phase-padding") if slot.phase is Phase.PADDING else self.request_style(slot.index)
+        out.add("█" * filled, fill)
+        out.add("░" * (length - filled), self.style("slot-empty"))
 
-    def _detailed(self, text: Text, slot: SlotView, snap: StepSnapshot, width: int) -> None:
+    def _detailed(self, out: Runs, slot: SlotView, snap: StepSnapshot, width: int) -> None:
         style = self._cell_style(slot, snap)
-        text.append(f"{slot.slot:>3} ", self.style("muted"))
+        out.add(f"{slot.slot:>3} ", self.style("muted"))
         if slot.phase is Phase.EMPTY:
             label = "bubble: empty while requests wait" if is_bubble(slot, snap) else "empty"
-            text.append(f"{GLYPH[slot.phase]} {label:<{width - 7}.{width - 7}}", style)
-            text.append(" ")
+            out.add(f"{GLYPH[slot.phase]} {label:<{width - 7}.{width - 7}}", style)
+            out.add(" ")
             return
         done, total = progress(slot)
-        text.append(f"{GLYPH[slot.phase]} {slot.request_id:<8.8}", style)
-        text.append(" ")
-        self._bar(text, slot, 8)
-        text.append(f" {done:>4}/{total:<4}", self.style("foreground"))
-        text.append(" " * (width - 4 - 10 - 1 - 8 - 10))
+        out.add(f"{GLYPH[slot.phase]} {slot.request_id:<8.8}", style)
+        out.add(" ")
+        self._bar(out, slot, 8)
+        out.add(f" {done:>4}/{total:<4}" + " " * (width - 4 - 10 - 1 - 8 - 10), self.style("foreground"))
 
-    def _medium(self, text: Text, slot: SlotView, snap: StepSnapshot, width: int) -> None:
+    def _medium(self, out: Runs, slot: SlotView, snap: StepSnapshot, width: int) -> None:
         style = self._cell_style(slot, snap)
         if slot.phase is Phase.EMPTY:
-            text.append(f"{GLYPH[slot.phase]}{'':<{width - 2}}", style)
+            out.add(f"{GLYPH[slot.phase]}{'':<{width - 2}}", style)
         else:
-            text.append(f"{GLYPH[slot.phase]}{slot.request_id:<6.6}", style)
-            self._bar(text, slot, width - 8)
-        text.append(" ")
+            out.add(f"{GLYPH[slot.phase]}{slot.request_id:<6.6}", style)
+            self._bar(out, slot, width - 8)
+        out.add(" ")
 
-    def _compact(self, text: Text, slot: SlotView, snap: StepSnapshot, width: int) -> None:
-        text.append(GLYPH[slot.phase] * (width - 1), self._cell_style(slot, snap))
-        text.append(" ")
+    def _compact(self, out: Runs, slot: SlotView, snap: StepSnapshot, width: int) -> None:
+        out.add(GLYPH[slot.phase] * (width - 1), self._cell_style(slot, snap))
+        out.add(" ")

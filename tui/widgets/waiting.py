@@ -7,7 +7,7 @@ from rich.text import Text
 from core_engine.request import Phase
 from core_engine.snapshot import StepSnapshot
 from tui.frame import DashboardFrame
-from tui.widgets.panel import Panel
+from tui.widgets.panel import Panel, Runs
 
 
 def head_blocker(snap: StepSnapshot, block_size: int, width: int) -> str | None:
@@ -34,6 +34,15 @@ class WaitingPanel(Panel):
         super().__init__(id=id)
         self.block_size = block_size
 
+    def content_key(self, frame: DashboardFrame) -> object:
+        snap = frame.snapshot
+        if snap is None:
+            return None
+        head = tuple((w.request_id, w.num_preemptions) for w in snap.waiting[:40])
+        # waited times are shown in whole seconds when narrow and tenths when wide: tenths it is
+        return head, snap.num_waiting, snap.num_pending_arrivals, round(snap.t, 1), snap.mode, \
+            snap.num_free_blocks, sum(1 for s in snap.slots if s.request_id is not None)
+
     def update_titles(self, frame: DashboardFrame) -> None:
         snap = frame.snapshot
         n = snap.num_waiting if snap is not None else 0
@@ -49,20 +58,22 @@ class WaitingPanel(Panel):
         if not snap.waiting:
             return self.placeholder("queue empty: every arrived request is running")
         width, height = self.content_size.width, self.content_size.height
-        text = Text(no_wrap=True, overflow="crop")
+        out = Runs()
+        lines = 0
         blocker = head_blocker(snap, self.block_size, width)
         if blocker:
-            text.append(blocker[:width] + "\n", self.style("warning", bold=True))
+            out.add(blocker[:width] + "\n", self.style("warning", bold=True))
+            lines += 1
         wide = width >= 30
         header = f"{'request':<9}{'prompt':>7}{'max':>6}{'waited':>8}" if wide else f"{'req':<7}{'prompt':>6}{'wait':>5}"
-        text.append(header + "\n", self.style("muted"))
-        rows = max(0, height - len(text.plain.splitlines()))
-        for w in snap.waiting[:rows]:
+        out.add(header, self.style("muted"))
+        lines += 1
+        for w in snap.waiting[:max(0, height - lines)]:
+            out.newline()
             waited = max(0.0, snap.t - w.arrival_s)
-            text.append(f"{w.request_id:<9.9}" if wide else f"{w.request_id:<7.7}", self.style(f"req-{w.index % 12}"))
-            text.append(f"{w.prompt_len:>7}{w.max_tokens:>6}{waited:>7.1f}s" if wide else f"{w.prompt_len:>6}{waited:>4.0f}s")
+            out.add(f"{w.request_id:<9.9}" if wide else f"{w.request_id:<7.7}", self.request_style(w.index))
+            out.add(f"{w.prompt_len:>7}{w.max_tokens:>6}{waited:>7.1f}s" if wide else f"{w.prompt_len:>6}{waited:>4.0f}s",
+                    self.style("foreground"))
             if w.num_preemptions:
-                text.append(f" ↺{w.num_preemptions}", self.style("warning"))
-            text.append("\n")
-        text.rstrip()
-        return text
+                out.add(f" ↺{w.num_preemptions}", self.style("warning"))
+        return out.text()
