@@ -79,6 +79,7 @@ class Dashboard(App[int]):
             self.register_theme(t)
         self.theme = theme
         self._shown: DashboardFrame | None = None
+        self._panels: list = []
         self._status_text: Text | None = None
         self._status_paint = float("-inf")
         self.exit_code = 0
@@ -102,11 +103,16 @@ class Dashboard(App[int]):
     def on_mount(self) -> None:
         self._panels = [self.query_one(p) for p in (SlotsPanel, KVBlocksPanel, WaitingPanel, RooflinePanel,
                                                      DevicePanel)]
+        self._device, self._metrics, self._status = (self.query_one(DevicePanel), self.query_one(MetricsStrip),
+                                                     self.query_one(StatusLine))
         self.set_interval(1 / self.poll_hz, self.poll)
         if self.telemetry is not None:
             self.telemetry.start()
         self.poll()
         self.call_after_refresh(self.run_engine)  # the first paint is the costliest: let it finish first
+
+    def on_unmount(self) -> None:
+        self._panels = []  # a late timer tick or engine message must not draw into a torn-down screen
 
     @work(thread=True, exit_on_error=False, name="engine", group="engine")
     def run_engine(self) -> None:
@@ -120,9 +126,10 @@ class Dashboard(App[int]):
         On 2 cores every millisecond the UI draws is taken from the engine, so while it runs each
         panel repaints at its own cadence (a few times a second); paused, finished or stepped by
         hand, everything repaints at once, and a change of state repaints everything."""
-        device = self.query_one(DevicePanel)
+        if not self._panels:  # not mounted yet (or already torn down)
+            return
         if self.telemetry is not None:
-            device.sample = self.telemetry.latest
+            self._device.sample = self.telemetry.latest
         frame = self.bridge.frame
         force = force or frame.state != (self._shown.state if self._shown is not None else None)
         throttle = frame.state in ("running", "replay")
@@ -130,11 +137,11 @@ class Dashboard(App[int]):
         now = time.monotonic()
         for panel in self._panels:
             panel.show(frame, now, force, throttle)
-        self.query_one(MetricsStrip).show(frame, now, force, throttle)
+        self._metrics.show(frame, now, force, throttle)
         text = status_text(frame, self.config, self.device_label, self.status_extra(frame))
         if force or (text != self._status_text and (not throttle or now - self._status_paint >= STATUS_INTERVAL_S)):
             self._status_text, self._status_paint = text, now
-            status = self.query_one(StatusLine)
+            status = self._status
             status.update(text, layout=False)
             status.set_class(frame.state == "error", "-error")
             status.set_class(frame.state == "paused", "-paused")
