@@ -23,6 +23,7 @@ class MetricsStrip(Horizontal):
         super().__init__(id=id)
         self._last_paint = float("-inf")
         self._shown: DashboardFrame | None = None
+        self._parts: tuple | None = None  # set once the children are mounted
 
     def compose(self) -> ComposeResult:
         yield Label("tok/s", id="tok-label", classes="spark-label")
@@ -31,18 +32,25 @@ class MetricsStrip(Horizontal):
         yield Sparkline([], id="batch-spark", summary_function=max)
         yield Label("", id="numbers")
 
+    def on_mount(self) -> None:
+        self._parts = tuple(self.query_one(f"#{name}") for name in
+                            ("tok-label", "tok-spark", "batch-label", "batch-spark", "numbers"))
+
     def show(self, frame: DashboardFrame, now: float, force: bool = False, throttle: bool = True) -> None:
-        if frame is self._shown or (throttle and not force and now - self._last_paint < self.MIN_INTERVAL_S):
+        if self._parts is None or frame is self._shown:
+            return
+        if throttle and not force and now - self._last_paint < self.MIN_INTERVAL_S:
             return
         self._shown, self._last_paint = frame, now
+        tok_label, tok_spark, batch_label, batch_spark, numbers_label = self._parts
         # Fixed-size labels: update without a layout pass (a relayout per frame costs the engine)
         m = frame.metrics
-        self.query_one("#tok-label", Label).update(f"tok/s {m.tok_s_now:>5.0f}", layout=False)
-        self.query_one("#tok-spark", Sparkline).data = list(m.tok_s_history) or [0.0]
+        tok_label.update(f"tok/s {m.tok_s_now:>5.0f}", layout=False)
+        tok_spark.data = list(m.tok_s_history) or [0.0]
         batch_now = frame.snapshot.num_seqs if frame.snapshot is not None else 0
-        self.query_one("#batch-label", Label).update(f"batch {batch_now:>5d}", layout=False)
-        self.query_one("#batch-spark", Sparkline).data = list(m.batch_history) or [0.0]
-        self.query_one("#numbers", Label).update(numbers(m), layout=False)
+        batch_label.update(f"batch {batch_now:>5d}", layout=False)
+        batch_spark.data = list(m.batch_history) or [0.0]
+        numbers_label.update(numbers(m), layout=False)
 
 
 def numbers(m: LiveMetrics) -> Text:
