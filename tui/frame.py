@@ -54,6 +54,7 @@ class DashboardFrame:
     state: str = "paused"  # running | paused | finished | error | replay
     error: str | None = None
     caption: str | None = None  # scripted demos explain each stage here
+    last_decode: StepSnapshot | None = None  # the newest step without prefill: the roofline's verdict
 
 
 @dataclass
@@ -68,6 +69,7 @@ class FrameBuilder:
     batch: deque = field(default_factory=lambda: deque(maxlen=SPARK_POINTS))
     trail: deque = field(default_factory=lambda: deque(maxlen=TRAIL_POINTS))
     last: StepSnapshot | None = None
+    last_decode: StepSnapshot | None = None
     _generated: int = 0
 
     def observe(self, snap: StepSnapshot) -> None:
@@ -80,6 +82,8 @@ class FrameBuilder:
         self._generated = generated
         self.timeline.append((tuple((s.index, s.phase) for s in snap.slots), snap.num_waiting > 0))
         self.batch.append(float(snap.num_seqs))
+        if snap.num_prefill_tokens == 0:
+            self.last_decode = snap
         if snap.forward_s > 0 and snap.cost.bytes > 0:  # device work over the forward's own time
             self.trail.append(RooflinePoint(snap.cost.intensity, snap.cost.flops / snap.forward_s,
                                             snap.num_prefill_tokens == 0, snap.num_seqs))
@@ -101,4 +105,5 @@ class FrameBuilder:
             kv_utilization=kv, preemptions=counters.preemptions if counters else 0,
             completed=counters.completed if counters else 0, rejected=counters.rejected if counters else 0,
             total=self.total_requests)
-        return DashboardFrame(self.last, metrics, tuple(self.timeline), tuple(self.trail), state, error, caption)
+        return DashboardFrame(self.last, metrics, tuple(self.timeline), tuple(self.trail), state, error, caption,
+                              self.last_decode)

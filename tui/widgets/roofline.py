@@ -31,7 +31,7 @@ class RooflinePanel(Panel):
         self.peaks = peaks
 
     def content_key(self, frame: DashboardFrame) -> object:
-        return frame.trail[-1:] if frame.trail else None
+        return (frame.trail[-1:] if frame.trail else None), frame.last_decode
 
     def update_titles(self, frame: DashboardFrame) -> None:
         self.border_title = "Roofline"
@@ -39,14 +39,13 @@ class RooflinePanel(Panel):
             self.border_subtitle = f"● decode ▲ prefill · ridge {self.peaks.ridge_flop_per_byte:.1f} FLOP/B"
 
     def verdict(self, frame: DashboardFrame) -> str:
-        snap, peaks = frame.snapshot, self.peaks
-        if snap is None or not snap.is_step or peaks is None:
-            return "no step yet"
-        intensity = snap.cost.intensity
+        """The teaching text's claim, for the newest decode step: is one more sequence nearly free?"""
+        snap, peaks = frame.last_decode, self.peaks
+        if snap is None or peaks is None:
+            return "no decode step yet"
         extra = marginal_sequence_cost(snap.cost, snap.num_seqs, peaks.peak_flops, peaks.peak_bytes_per_s)
-        if intensity < peaks.ridge_flop_per_byte:
-            return f"memory-bound: +1 sequence costs ~{100 * extra:.0f}%"
-        return f"past the ridge: +1 sequence costs ~{100 * extra:.0f}%"
+        bound = "memory-bound" if snap.cost.intensity < peaks.ridge_flop_per_byte else "compute-bound"
+        return f"decode x{snap.num_seqs}: {bound}, +1 seq +{100 * extra:.0f}%"
 
     def render(self) -> Text:
         frame, peaks = self.frame, self.peaks

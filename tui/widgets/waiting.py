@@ -56,7 +56,7 @@ class WaitingPanel(Panel):
             return self.placeholder("no requests yet")
         snap = frame.snapshot
         if not snap.waiting:
-            return self.placeholder("queue empty: every arrived request is running")
+            return self.placeholder("queue empty")
         width, height = self.content_size.width, self.content_size.height
         out = Runs()
         lines = 0
