@@ -46,10 +46,10 @@ class MetricsStrip(Horizontal):
         # Fixed-size labels: update without a layout pass (a relayout per frame costs the engine)
         m = frame.metrics
         tok_label.update(f"tok/s {m.tok_s_now:>5.0f}", layout=False)
-        tok_spark.data = list(m.tok_s_history) or [0.0]
+        tok_spark.data = [0.0, *m.tok_s_history]  # the leading 0 pins the scale's floor: bars read as amounts
         batch_now = frame.snapshot.num_seqs if frame.snapshot is not None else 0
         batch_label.update(f"batch {batch_now:>5d}", layout=False)
-        batch_spark.data = list(m.batch_history) or [0.0]
+        batch_spark.data = [0.0, *m.batch_history]
         numbers_label.update(numbers(m), layout=False)
 
 
