@@ -12,6 +12,9 @@ from core_engine.device_peaks import DevicePeaks
 from core_engine.engine import Engine
 from core_engine.request import Request
 from core_engine.runner import ModelRunner
+from core_engine.script import ScriptAction, ScriptPlayer
+from core_engine.session import Session
+from core_engine.trace import Recorder, read_trace
 from tests.conftest import tiny_config
 from tui.app import BatchtopApp
 from tui.bridge import EngineBridge
@@ -179,6 +182,23 @@ async def test_help_opens_and_closes_and_q_quits_promptly():
         await pilot.press("q")
         await pilot.pause()
     assert app.return_value == 0
+
+
+async def test_a_scripts_quit_action_closes_the_dashboard_and_its_recording(tmp_path):
+    config = tiny_config(max_num_seqs=4)
+    engine = Engine(config, clock=TickClock())
+    path = str(tmp_path / "demo.jsonl")
+    session = Session(engine, WORKLOAD, recorder=Recorder(path, {"config": {}}),
+                      script=ScriptPlayer([ScriptAction(0.05, quit=True)]))
+    app = BatchtopApp(EngineBridge(engine, WORKLOAD, start_paused=True, session=session), config, PEAKS)
+    async with app.run_test(size=(100, 30)) as pilot:
+        await pilot.press("space")
+        for _ in range(500):  # the app must leave by itself; a hang fails here, not in CI's timeout
+            if app.return_value is not None:
+                break
+            await asyncio.sleep(0.02)
+    assert app.return_value == 0 and app.bridge.done.is_set()
+    assert read_trace(path).events[-1]["reason"] == "script quit"
 
 
 async def test_an_engine_crash_keeps_the_dashboard_up_and_says_why():

@@ -49,7 +49,7 @@ COMMON_BINDINGS = [
 
 
 class EngineEvent(Message):
-    """A rare event from the engine thread: it crashed, or the workload finished."""
+    """A rare event from the engine thread: it crashed, the workload finished, or a script quit."""
 
     def __init__(self, kind: str, text: str) -> None:
         super().__init__()
@@ -151,7 +151,10 @@ class Dashboard(App[int]):
             return frame.error
         return frame.caption or ""
 
-    def on_engine_event(self, event: EngineEvent) -> None:
+    async def on_engine_event(self, event: EngineEvent) -> None:
+        if event.kind == "quit":  # a script's last action: the engine thread has already closed its trace
+            await self.action_quit()
+            return
         if event.kind == "error":
             self.exit_code = 1
             self.notify(event.text, title="engine stopped", severity="error", timeout=30)

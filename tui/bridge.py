@@ -20,7 +20,7 @@ from tui.frame import DashboardFrame, FrameBuilder
 PUBLISH_INTERVAL_S = 0.1  # the UI polls at 10 Hz: a frame more often would be built for nobody
 IDLE_WAIT_S = 0.05
 
-Notify = Callable[[str, str], None]  # (kind, text): kind is "error", "finished" or "info"
+Notify = Callable[[str, str], None]  # (kind, text): kind is "error", "finished" or "quit"
 
 
 class EngineBridge:
