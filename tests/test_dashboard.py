@@ -201,6 +201,23 @@ async def test_a_scripts_quit_action_closes_the_dashboard_and_its_recording(tmp_
     assert read_trace(path).events[-1]["reason"] == "script quit"
 
 
+async def test_a_caption_too_long_for_the_status_line_wraps_instead_of_being_cut():
+    caption = "4/7 decode is memory-bound: every step reads all the weights once, whatever the batch size is"
+    config = tiny_config(max_num_seqs=4)
+    engine = Engine(config, clock=TickClock())
+    session = Session(engine, WORKLOAD, script=ScriptPlayer([ScriptAction(0.0, caption=caption)]))
+    app = BatchtopApp(EngineBridge(engine, WORKLOAD, start_paused=True, session=session), config, PEAKS)
+    async with app.run_test(size=(100, 30)) as pilot:
+        line = app.query_one(StatusLine)
+        assert line.size.height == 1
+        await pilot.press("space")  # the script plays only while the engine runs
+        await wait_for(pilot, lambda: app.bridge.frame.caption == caption)
+        await pilot.press("space")
+        await wait_for(pilot, lambda: app.bridge.frame.state == "paused")
+        await pilot.pause()
+        assert line.size.height == 2 and caption.split()[-1] in screen_text(app)
+
+
 async def test_an_engine_crash_keeps_the_dashboard_up_and_says_why():
     runner = ModelRunner(tiny_config())
     real_run = runner.run

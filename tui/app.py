@@ -141,10 +141,7 @@ class Dashboard(App[int]):
         text = status_text(frame, self.config, self.device_label, self.status_extra(frame))
         if force or (text != self._status_text and (not throttle or now - self._status_paint >= STATUS_INTERVAL_S)):
             self._status_text, self._status_paint = text, now
-            status = self._status
-            status.update(text, layout=False)
-            status.set_class(frame.state == "error", "-error")
-            status.set_class(frame.state == "paused", "-paused")
+            self._status.show(text, frame.state)
 
     def status_extra(self, frame: DashboardFrame) -> str:
         if frame.error:

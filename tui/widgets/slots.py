@@ -112,7 +112,7 @@ class SlotsPanel(Panel):
         style = self._cell_style(slot, snap)
         out.add(f"{slot.slot:>3} ", self.style("muted"))
         if slot.phase is Phase.EMPTY:
-            label = "bubble: empty while requests wait" if is_bubble(slot, snap) else "empty"
+            label = "bubble: idle, queue waiting" if is_bubble(slot, snap) else "empty"
             out.add(f"{GLYPH[slot.phase]} {label:<{width - 7}.{width - 7}}", style)
             out.add(" ")
             return

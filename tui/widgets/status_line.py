@@ -29,4 +29,20 @@ def status_text(frame: DashboardFrame, config: EngineConfig, device_label: str, 
 
 
 class StatusLine(Static):
-    pass
+    """One row; a caption or error too long for it wraps onto a second row rather than being cut off."""
+
+    _shown: tuple[Text, str] | None = None
+
+    def show(self, text: Text, state: str) -> None:
+        self._shown = (text, state)
+        rows = 1 if text.cell_len <= self.size.width or not self.size.width else 2
+        text.no_wrap = rows == 1
+        if self.styles.height is None or self.styles.height.value != rows:
+            self.styles.height = rows  # a relayout, but only when a long caption comes or goes
+        self.update(text, layout=False)
+        self.set_class(state == "error", "-error")
+        self.set_class(state == "paused", "-paused")
+
+    def on_resize(self) -> None:
+        if self._shown is not None:
+            self.show(*self._shown)
