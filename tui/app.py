@@ -138,10 +138,10 @@ class Dashboard(App[int]):
         for panel in self._panels:
             panel.show(frame, now, force, throttle)
         self._metrics.show(frame, now, force, throttle)
-        text = status_text(frame, self.config, self.device_label, self.status_extra(frame))
+        text, essential = status_text(frame, self.config, self.device_label, self.status_extra(frame))
         if force or (text != self._status_text and (not throttle or now - self._status_paint >= STATUS_INTERVAL_S)):
             self._status_text, self._status_paint = text, now
-            self._status.show(text, frame.state)
+            self._status.show(text, essential, frame.state)
 
     def status_extra(self, frame: DashboardFrame) -> str:
         if frame.error:
