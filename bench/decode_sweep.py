@@ -15,20 +15,10 @@ import argparse
 import statistics
 
 from core_engine.engine import Engine
-from core_engine.request import Request
 from core_engine.setup import resolve_config
+from decode_steps import decode_steps  # bench/ is on sys.path when run as a script
 
 STEPS = 12
-
-
-def measure(engine: Engine, batch: int, context: int) -> list:
-    engine.load_workload([Request(f"b{batch}-{i}", tuple(range(1, context + 1)), STEPS + 4) for i in range(batch)])
-    snaps = []
-    while not engine.is_done():
-        snap = engine.step()
-        if snap.is_step and snap.num_prefill_tokens == 0 and snap.num_seqs == batch:
-            snaps.append(snap)
-    return snaps[1:STEPS + 1]  # skip the first decode step (allocator and cache warm-up)
 
 
 def main() -> None:
@@ -49,7 +39,7 @@ def main() -> None:
     for b in batches:
         engine = Engine(config, runner=runner)
         runner = engine.runner
-        last = measure(engine, b, args.context)
+        last = decode_steps(engine, b, args.context, STEPS)
         step = statistics.median(s.step_time_s for s in last)
         base = base or step
         overhead = statistics.median((s.schedule_s + s.prepare_s) / s.step_time_s for s in last)

@@ -21,18 +21,8 @@ import torch
 from core_engine.device import DTYPES
 from core_engine.device_peaks import measure_peaks
 from core_engine.engine import Engine
-from core_engine.request import Request
 from core_engine.setup import resolve_config
-
-
-def decode_points(engine: Engine, batch: int, context: int, steps: int = 10) -> list:
-    engine.load_workload([Request(f"b{batch}-{i}", tuple(range(1, context + 1)), steps + 3) for i in range(batch)])
-    snaps = []
-    while not engine.is_done():
-        snap = engine.step()
-        if snap.is_step and snap.num_prefill_tokens == 0 and snap.num_seqs == batch:
-            snaps.append(snap)
-    return snaps[1:]
+from decode_steps import decode_steps  # bench/ is on sys.path when run as a script
 
 
 def gemv_ceiling(engine: Engine) -> float:
@@ -65,7 +55,7 @@ def main() -> None:
     print(f"measured roofs: {peaks.peak_flops / 1e9:.0f} GFLOP/s ({config.dtype} GEMM), "
           f"{peaks.peak_bytes_per_s / 1e9:.1f} GB/s (copy, read + write); ridge {peaks.ridge_flop_per_byte:.1f} FLOP/B")
     for batch in (1, 32):
-        snaps = decode_points(Engine(config, runner=engine.runner), batch, args.context)
+        snaps = decode_steps(Engine(config, runner=engine.runner), batch, args.context, 10)
         fwd = statistics.median(s.forward_s for s in snaps)
         cost = snaps[len(snaps) // 2].cost
         flops, bps = cost.flops / fwd, cost.bytes / fwd

@@ -40,6 +40,21 @@ def tiny_config(**overrides) -> EngineConfig:
     return EngineConfig(**base)
 
 
+def fail_on_call(run, n: int, message: str):
+    """`run` (a ModelRunner.run, bound or not) that raises RuntimeError(message) on its n-th call:
+    a device fault in the middle of a workload."""
+    calls = 0
+
+    def wrapped(*args):
+        nonlocal calls
+        calls += 1
+        if calls == n:
+            raise RuntimeError(message)
+        return run(*args)
+
+    return wrapped
+
+
 def make_requests(n: int, seed: int = 0, prompt: tuple[int, int] = (1, 24), output: tuple[int, int] = (1, 16),
                   prefix: str = "r", vocab: int = 512) -> list[Request]:
     rng = random.Random(seed)

@@ -14,6 +14,7 @@ from click.testing import CliRunner
 
 from core_engine.runner import ModelRunner
 from core_engine.workload import WorkloadSpec, load_workload
+from tests.conftest import fail_on_call
 from tui.cli import main
 
 TINY = ["--model", "tiny", "--device", "cpu", "--dtype", "float32"]
@@ -102,16 +103,7 @@ def test_an_oversized_request_is_rejected_with_a_warning_and_the_rest_complete(t
 
 
 def test_an_engine_failure_exits_1_and_keeps_the_metrics_so_far(tmp_path, monkeypatch):
-    real_run = ModelRunner.run
-    calls = {"n": 0}
-
-    def failing_run(self, batch):
-        calls["n"] += 1
-        if calls["n"] == 5:
-            raise RuntimeError("simulated device fault")
-        return real_run(self, batch)
-
-    monkeypatch.setattr(ModelRunner, "run", failing_run)
+    monkeypatch.setattr(ModelRunner, "run", fail_on_call(ModelRunner.run, 5, "simulated device fault"))
     out = tmp_path / "m.json"
     result = CliRunner().invoke(main, ["--headless", *TINY, "--num-requests", "8", "--time-scale", "0",
                                        "-o", str(out)])

@@ -15,7 +15,7 @@ from core_engine.runner import ModelRunner
 from core_engine.script import ScriptAction, ScriptPlayer
 from core_engine.session import Session
 from core_engine.trace import Recorder, read_trace
-from tests.conftest import tiny_config
+from tests.conftest import fail_on_call, tiny_config
 from tui.app import BatchtopApp
 from tui.bridge import EngineBridge
 from tui.widgets.help_screen import HelpScreen
@@ -221,16 +221,7 @@ async def test_a_caption_too_long_for_the_status_line_wraps_instead_of_being_cut
 
 async def test_an_engine_crash_keeps_the_dashboard_up_and_says_why():
     runner = ModelRunner(tiny_config())
-    real_run = runner.run
-    calls = {"n": 0}
-
-    def failing(batch):
-        calls["n"] += 1
-        if calls["n"] == 3:
-            raise RuntimeError("simulated CUDA error: device-side assert")
-        return real_run(batch)
-
-    runner.run = failing
+    runner.run = fail_on_call(runner.run, 3, "simulated CUDA error: device-side assert")
     app = make_app(runner=runner)
     async with app.run_test(size=(120, 36)) as pilot:
         await pilot.press("space")

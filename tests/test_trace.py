@@ -13,7 +13,7 @@ from core_engine.headless import run_workload
 from core_engine.script import ScriptAction, ScriptPlayer, load_script
 from core_engine.session import Session
 from core_engine.trace import Recorder, TraceError, read_trace
-from tests.conftest import make_requests, tiny_config
+from tests.conftest import fail_on_call, make_requests, tiny_config
 from tests.test_dashboard import PEAKS, TickClock, WORKLOAD, make_app, panel_text, step, wait_for
 from tui.cli import main
 from tui.replay_app import ReplayApp
@@ -130,16 +130,7 @@ def test_a_recording_is_readable_while_it_is_still_being_written(tmp_path, name)
 
 def test_an_engine_crash_leaves_an_error_event_and_a_readable_trace(tmp_path, monkeypatch):
     from core_engine.runner import ModelRunner
-    real_run = ModelRunner.run
-    calls = {"n": 0}
-
-    def failing(self, batch):
-        calls["n"] += 1
-        if calls["n"] == 4:
-            raise RuntimeError("simulated fault")
-        return real_run(self, batch)
-
-    monkeypatch.setattr(ModelRunner, "run", failing)
+    monkeypatch.setattr(ModelRunner, "run", fail_on_call(ModelRunner.run, 4, "simulated fault"))
     trace = tmp_path / "crash.jsonl"
     result = CliRunner().invoke(main, ["--headless", *TINY, "--num-requests", "8", "--time-scale", "0",
                                        "--record", str(trace)])
