@@ -120,10 +120,6 @@ class EngineConfig:
     def max_model_len(self) -> int:
         return self.model.max_position_embeddings
 
-    @property
-    def pool_tokens(self) -> int:
-        return self.num_kv_blocks * self.block_size
-
     def with_(self, **changes) -> EngineConfig:
         return replace(self, **changes)
 

@@ -15,7 +15,7 @@ from core_engine import control
 from core_engine.config import MODES, EngineConfig
 from core_engine.errors import InvalidRequest, UnservableRequest
 from core_engine.kv_cache import BlockAllocator, BlockManager
-from core_engine.request import FinishReason, Request, Sequence, SeqStatus
+from core_engine.request import FinishReason, Request, Sequence
 from core_engine.roofline import Chunk, step_cost
 from core_engine.runner import ModelRunner
 from core_engine.scheduler import Scheduler, SchedulerOutput, make_policy
@@ -269,9 +269,6 @@ class Engine:
         events = tuple(self.step_arrivals), tuple(self.step_rejections), tuple(self.step_controls)
         self.step_arrivals, self.step_rejections, self.step_controls = [], [], []
         return events
-
-    def live_sequences(self) -> list[Sequence]:
-        return [s for s in self._live.values() if s.status is not SeqStatus.FINISHED]
 
     @property
     def num_pending_arrivals(self) -> int:

@@ -58,7 +58,7 @@ class Sequence:
     """Runtime state of one request: its tokens, KV progress, block table and timestamps."""
 
     __slots__ = ("request", "index", "token_ids", "num_computed_tokens", "block_table", "slot",
-                 "status", "finish_reason", "arrival_s", "admitted_s", "first_token_s", "finish_s",
+                 "status", "finish_reason", "arrival_s", "first_token_s", "finish_s",
                  "num_preemptions", "padding")
 
     def __init__(self, request: Request, index: int, arrival_s: float) -> None:
@@ -71,7 +71,6 @@ class Sequence:
         self.status = SeqStatus.WAITING
         self.finish_reason: FinishReason | None = None
         self.arrival_s = arrival_s
-        self.admitted_s: float | None = None
         self.first_token_s: float | None = None
         self.finish_s: float | None = None
         self.num_preemptions = 0
@@ -105,11 +104,6 @@ class Sequence:
     @property
     def is_prefill(self) -> bool:
         return self.num_output_tokens == 0 or self.num_uncomputed > 1
-
-    @property
-    def max_kv_tokens(self) -> int:
-        """K/V entries this request needs at most: the last sampled token is never fed back."""
-        return self.request.prompt_len + self.request.max_tokens - 1
 
     def __repr__(self) -> str:
         return (f"Sequence({self.id!r}, status={self.status.value}, tokens={self.num_tokens}, "

@@ -40,9 +40,6 @@ class ModelRunner:
                           for _ in range(m.num_hidden_layers)]
         self.sampler = Sampler(config.seed, config.device)
 
-    def kv_cache_bytes(self) -> int:
-        return sum(k.numel() * k.element_size() * 2 for k, _ in self.kv_caches)
-
     def _slot(self, seq: Sequence, pos: int) -> int:
         return seq.block_table[pos // self.block_size] * self.block_size + pos % self.block_size
 
