@@ -184,10 +184,6 @@ class Engine:
         self._start_run()
 
     # -- the step -------------------------------------------------------------------------------
-    def has_unfinished(self) -> bool:
-        """Work that can run now (waiting or running), not counting future arrivals."""
-        return self.scheduler.has_unfinished()
-
     def is_done(self) -> bool:
         return not self._pending and not self.scheduler.has_unfinished() and self._controls.empty()
 
