@@ -59,7 +59,6 @@ class Scheduler:
         self.waiting: deque[Sequence] = deque()
         self.running: list[Sequence] = []  # admission order: oldest first, so the newest is preempted first
         self._used_slots: set[int] = set()
-        self.num_preemptions = 0
 
     # -- queue management ---------------------------------------------------------------------
     def add(self, seq: Sequence) -> None:
@@ -193,7 +192,6 @@ class Scheduler:
         self.block_manager.release(seq)
         seq.num_computed_tokens = 0
         seq.num_preemptions += 1
-        self.num_preemptions += 1
         seq.status = SeqStatus.WAITING
         self.waiting.appendleft(seq)
 
@@ -215,7 +213,6 @@ class Scheduler:
         self.waiting.clear()
         self.running.clear()
         self._used_slots.clear()
-        self.num_preemptions = 0
 
     def check_invariants(self) -> None:
         """I2-I4 of the reliability checklist; raises AssertionError on the first violation."""
