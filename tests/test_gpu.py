@@ -1,0 +1,53 @@
+"""The same kernels and engine on CUDA; skipped on machines without a GPU (CI has none)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from core_engine.device_peaks import datasheet_peaks
+from core_engine.engine import Engine
+from gpu_kernels import paged_decode_attention
+from tests.conftest import make_requests, run_all, tiny_config
+from tests.test_paged_attention import HD, NH, scattered_pool
+
+pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+
+
+def test_paged_decode_on_cuda_matches_the_cpu_reference():
+    gen = torch.Generator().manual_seed(0)
+    k_cache, v_cache, table, _, _ = scattered_pool(40, 16, gen)
+    tables = table[None, :].repeat(3, 1)
+    lengths = torch.tensor([40, 17, 1])
+    q = torch.randn(3, NH, HD, generator=gen)
+    want = paged_decode_attention(q, k_cache, v_cache, tables, lengths, HD ** -0.5)
+    got = paged_decode_attention(*(t.cuda() for t in (q, k_cache, v_cache, tables, lengths)), HD ** -0.5)
+    torch.testing.assert_close(got.cpu(), want, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("mode", ["continuous", "static"])
+def test_an_engine_on_cuda_finishes_every_request_exactly_and_frees_every_block(mode):
+    engine = Engine(tiny_config(device="cuda", mode=mode, max_num_seqs=8, num_kv_blocks=24))
+    requests = make_requests(24, seed=3, prompt=(2, 30), output=(1, 20))
+    outputs, _, _ = run_all(engine, requests, check=lambda e, _: e.scheduler.check_invariants())
+    assert engine.runner.kv_caches[0][0].is_cuda
+    assert {r.id: r.max_tokens for r in requests} == {k: len(v) for k, v in outputs.items()}
+    assert engine.allocator.num_free_blocks == engine.allocator.num_blocks
+
+
+def test_greedy_tokens_on_cuda_do_not_depend_on_the_batch():
+    requests = make_requests(6, seed=11, prompt=(3, 20), output=(8, 16))
+    batched, _, _ = run_all(Engine(tiny_config(device="cuda", max_num_seqs=6)), requests)
+    alone = {}
+    for r in requests:
+        got, _, _ = run_all(Engine(tiny_config(device="cuda", max_num_seqs=1)), [r])
+        alone.update(got)
+    assert alone == batched
+
+
+def test_this_gpu_has_datasheet_roofs_with_a_ridge_far_right_of_a_cpus():
+    name = torch.cuda.get_device_name(0)
+    peaks = datasheet_peaks(name)
+    if peaks is None:
+        pytest.skip(f"{name} is not in the datasheet table")
+    assert peaks.ridge_flop_per_byte > 50  # batching stays nearly free into the hundreds on a GPU
