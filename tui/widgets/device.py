@@ -19,7 +19,6 @@ def _value(value: object, fmt: str) -> str:
 
 
 class DevicePanel(Panel):
-    MIN_INTERVAL_S = 1.0
     def __init__(self, config: EngineConfig, peaks: DevicePeaks | None, *, live: bool = True,
                  id: str | None = "device") -> None:
         super().__init__(id=id)

@@ -1,6 +1,6 @@
 """The base of every panel: holds the newest frame, redraws only when it changes, reads theme colours.
 
-Panels redraw up to 15 times a second beside a busy engine, so drawing must be cheap: styles are
+Panels redraw beside a busy engine on the same two cores, so drawing must be cheap: styles are
 built once per theme and reused, and text is assembled in runs (one span per stretch of equal
 style) rather than one span per cell — Textual's cost grows with the number of spans.
 """

@@ -25,7 +25,6 @@ def si(value: float, unit: str) -> str:
 
 
 class RooflinePanel(Panel):
-    MIN_INTERVAL_S = 1.0  # the trail moves every step; once a second is plenty to read it
     def __init__(self, peaks: DevicePeaks | None, *, id: str | None = "roofline") -> None:
         super().__init__(id=id)
         self.peaks = peaks
