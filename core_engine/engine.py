@@ -48,7 +48,7 @@ class Engine:
 
     # -- run state ------------------------------------------------------------------------------
     def _start_run(self) -> None:
-        self._t0 = self._clock()
+        self._t0: float | None = None  # the run's clock starts at its first step, not when it was built
         self._pending: list[tuple[float, int, Request]] = []  # heap of future arrivals
         self._order = 0
         self._next_index = 0
@@ -62,7 +62,7 @@ class Engine:
         self._schedule_arrivals(self._workload, 0.0)
 
     def now(self) -> float:
-        return self._clock() - self._t0
+        return 0.0 if self._t0 is None else self._clock() - self._t0
 
     @property
     def mode(self) -> str:
@@ -194,6 +194,8 @@ class Engine:
         """Run one forward step. When there is nothing to run (idle until the next arrival) the
         snapshot is a view between steps: `is_step` is False and it carries only what changed."""
         t_start = self._clock()
+        if self._t0 is None:
+            self._t0 = t_start
         self.apply_pending()
         self._admit_arrivals()
         plan = self.scheduler.schedule()

@@ -36,7 +36,7 @@ class MetricsCollector:
         self.last: StepSnapshot | None = None
         self.first_step_start: float | None = None  # run time when the first forward step began
         self.steps = 0
-        self.capacity_slot_steps = 0  # sum of max_num_seqs over steps
+        self.capacity_slot_steps = 0  # sum over steps of the slots shown (see observe)
         self.useful_slot_steps = 0
         self.padding_slot_steps = 0
         self.bubble_slot_steps = 0  # empty or idle slots while requests wait
@@ -56,7 +56,7 @@ class MetricsCollector:
         if self.first_step_start is None:
             self.first_step_start = snap.t - snap.step_time_s
         self.steps += 1
-        self.capacity_slot_steps += snap.max_num_seqs
+        self.capacity_slot_steps += len(snap.slots)  # max_num_seqs, or more while a lowered cap drains
         waiting = snap.num_waiting > 0
         for slot in snap.slots:
             if slot.phase in USEFUL:

@@ -64,3 +64,30 @@ def test_rate_window_measures_recent_tokens_per_second():
     for i in range(11):
         w.add(i * 0.1, 5)
     assert w.rate() == pytest.approx(50.0)
+
+
+def test_time_spent_before_the_first_step_is_not_charged_to_the_run():
+    clock = FakeClock()
+    engine = Engine(tiny_config(), clock=clock)
+    engine.load_workload([Request("a", (1, 2, 3), 2), Request("b", (4, 5), 2, arrival_s=0.25)])
+    clock.advance(4.0)  # building the dashboard, measuring device peaks, loading the trace...
+    _, _, metrics = run_all(engine, on_idle=lambda e: clock.advance(e.seconds_until_next_arrival()))
+    done = {f.request_id: f for f in metrics.finished}
+    assert done["a"].ttft_s == 0.0 and done["b"].arrival_s == 0.25
+    assert metrics.summary(engine.config.as_dict())["wall_time_s"] == 0.25
+
+
+def test_slot_shares_stay_within_one_when_max_num_seqs_is_lowered_under_running_sequences():
+    from core_engine import control
+
+    engine = Engine(tiny_config(max_num_seqs=8, max_num_batched_tokens=256, num_kv_blocks=256))
+
+    def lower_after_admission(e, snap):
+        if snap.counters.steps == 1:
+            e.submit(control.SetMaxNumSeqs(1))
+
+    _, snaps, metrics = run_all(engine, make_requests(12, seed=4, output=(10, 16)), check=lower_after_admission)
+    assert max(len(s.slots) for s in snaps) == 8 and snaps[-1].max_num_seqs == 1
+    s = metrics.summary(engine.config.as_dict())
+    assert 0 < s["slot_utilization"] <= 1
+    assert s["slot_utilization"] + s["bubble_share"] + s["padding_share"] <= 1 + 1e-9
