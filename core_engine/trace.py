@@ -105,7 +105,7 @@ class Trace:
         return bool(self.events) and self.events[-1]["type"] == "end"
 
     def snapshots(self) -> Iterator[tuple[dict, StepSnapshot | None]]:
-        """Every event, paired with the snapshot it completes (step events) or None."""
+        """Every event, paired with the snapshot it completes (step and view events) or None."""
         decoder = SnapshotDecoder()
         for event in self.events:
             try:

@@ -1,7 +1,8 @@
 """StepSnapshot <-> compact JSON events, for the batchtop.trace format.
 
 A snapshot becomes, in order: its control events, its arrivals, its rejections, its finished requests,
-then one "step" event (only when a forward ran). Requests are named by their index; the arrival event
+then one "step" event when a forward ran, or a "view" event (the same fields, step 0) when something
+happened between steps: a replay then ends at the same run time and counters as the live run did. Requests are named by their index; the arrival event
 carries the id and lengths once. Block ownership is run-length encoded and omitted when unchanged.
 """
 
@@ -48,13 +49,13 @@ class SnapshotEncoder:
                  "max_tokens": a.max_tokens, "arrival_s": a.arrival_s} for a in snap.arrived]
         out += [{"type": "reject", "id": rid, "reason": reason} for rid, reason in snap.rejected]
         out += [{"type": "finish", **{k: getattr(f, k) for k in FINISH_FIELDS}} for f in snap.finished]
-        if snap.is_step:
+        if snap.is_step or out:
             out.append(self._step(snap))
         return out
 
     def _step(self, snap: StepSnapshot) -> dict:
         event = {
-            "type": "step", "step": snap.step, "run_t": snap.t, "mode": snap.mode,
+            "type": "step" if snap.is_step else "view", "step": snap.step, "run_t": snap.t, "mode": snap.mode,
             "max_num_seqs": snap.max_num_seqs, "max_num_batched_tokens": snap.max_num_batched_tokens,
             "times": [snap.step_time_s, snap.schedule_s, snap.prepare_s, snap.forward_s],
             "tokens": [snap.num_prefill_tokens, snap.num_decode_tokens, snap.num_padding_tokens, snap.num_seqs],
@@ -82,7 +83,7 @@ class SnapshotDecoder:
         self._pending: dict[str, list] = {"arrived": [], "rejected": [], "finished": [], "controls": []}
 
     def feed(self, event: dict) -> StepSnapshot | None:
-        """Take one event; return a snapshot when it completes one (a step event)."""
+        """Take one event; return a snapshot when it completes one (a step or view event)."""
         kind = event["type"]
         if kind == "control":
             self._pending["controls"].append((event["name"], event.get("value")))
@@ -99,7 +100,7 @@ class SnapshotDecoder:
             fields = {k: event[k] for k in FINISH_FIELDS}
             fields["output_token_ids"] = tuple(fields["output_token_ids"])
             self._pending["finished"].append(FinishedRequest(**fields))
-        elif kind == "step":
+        elif kind in ("step", "view"):
             return self._step(event)
         return None
 

@@ -51,6 +51,20 @@ def test_a_headless_recording_replays_to_the_same_metrics(tmp_path, name):
         assert gzip.open(trace).read(1) == b"{"
 
 
+def test_what_happens_after_the_last_step_replays_too(tmp_path):
+    workload = tmp_path / "w.jsonl"
+    workload.write_text('{"id": "a", "prompt_len": 3, "max_tokens": 3}\n{"id": "b", "prompt_len": 4, "max_tokens": 2}\n'
+                        '{"id": "huge", "prompt_len": 40, "max_tokens": 10, "arrival_s": 0.25}\n')
+    trace, original = record_headless(tmp_path, "late.jsonl", "--workload", str(workload), "--num-kv-blocks", "4",
+                                      "--block-size", "4", "--time-scale", "1")
+    assert original["requests"] == {"submitted": 3, "completed": 2, "rejected": 1}
+    assert original["wall_time_s"] >= 0.25  # the engine idled until the refused request arrived
+    out = tmp_path / "replayed.json"
+    assert CliRunner().invoke(main, ["replay", trace, "--headless", "-o", str(out)]).exit_code == 0
+    replayed = json.loads(out.read_text())
+    assert {k: v for k, v in replayed.items() if k != "replayed_from"} == original
+
+
 def test_every_line_is_an_ordered_event_and_the_file_ends_cleanly(tmp_path):
     trace, _ = record_headless(tmp_path, "run.jsonl")
     lines = [json.loads(x) for x in open(trace, encoding="utf-8")]

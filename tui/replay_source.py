@@ -18,7 +18,7 @@ class ReplaySource:
     def __init__(self, trace: Trace, *, speed: float = 1.0, start_paused: bool = False) -> None:
         self.trace = trace
         self.items: list[tuple[dict, StepSnapshot | None]] = list(trace.snapshots())
-        self.num_steps = sum(1 for _, snap in self.items if snap is not None)
+        self.num_steps = sum(1 for _, snap in self.items if snap is not None and snap.is_step)
         self.duration = self.items[-1][0]["t"] if self.items else 0.0
         self.total_requests = int(trace.header.get("workload", {}).get("num_requests", 0))
         self.speed = speed
@@ -119,7 +119,8 @@ class ReplaySource:
     def _play_until_step(self) -> None:
         while self.pos < len(self.items):
             self._play(self.pos)
-            if self.items[self.pos - 1][1] is not None:
+            snap = self.items[self.pos - 1][1]
+            if snap is not None and snap.is_step:
                 break
         self.clock = self.items[self.pos - 1][0]["t"] if self.pos else 0.0
 
