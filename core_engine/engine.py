@@ -7,6 +7,7 @@ Thread model: one thread owns the engine and calls step(); any thread may call s
 from __future__ import annotations
 
 import heapq
+import math
 import queue
 import time
 from collections.abc import Callable, Iterable
@@ -58,7 +59,6 @@ class Engine:
         self.step_rejections: list[tuple[str, str]] = []  # events since the last snapshot, taken by it
         self.step_arrivals: list[WaitingView] = []
         self.step_controls: list[tuple[str, object]] = []
-        self.rejections: list[tuple[str, str]] = []
         self._schedule_arrivals(self._workload, 0.0)
 
     def now(self) -> float:
@@ -107,7 +107,7 @@ class Engine:
             raise InvalidRequest(f"request {r.id!r}: token id outside the vocabulary [0, {vocab})")
         if r.max_tokens < 1:
             raise InvalidRequest(f"request {r.id!r}: max_tokens must be >= 1, got {r.max_tokens}")
-        if r.sampling.temperature < 0 or not 0 < r.sampling.top_p <= 1:
+        if not (math.isfinite(r.sampling.temperature) and r.sampling.temperature >= 0 and 0 < r.sampling.top_p <= 1):
             raise InvalidRequest(f"request {r.id!r}: temperature must be >= 0 and top_p in (0, 1]")
         total = r.prompt_len + r.max_tokens
         if total > self.config.max_model_len:
@@ -129,7 +129,6 @@ class Engine:
                 self._known_ids.add(request.id)
                 self._count(submitted=1, rejected=1)
                 self.step_rejections.append((request.id, str(exc)))
-                self.rejections.append((request.id, str(exc)))
 
     def _count(self, **deltas: int) -> None:
         c = self.counters

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from core_engine.engine import Engine
 from core_engine.metrics import MetricsCollector
@@ -26,7 +26,6 @@ class RunResult:
     error: BaseException | None = None
     interrupted: bool = False
     stopped_by_script: bool = False
-    rejections: list[tuple[str, str]] = field(default_factory=list)
 
     @property
     def end_reason(self) -> str:
@@ -62,7 +61,6 @@ def drive(engine: Engine, session: Session | None = None, *,
         result.complete, result.interrupted = False, True
     except Exception as exc:  # an engine failure: report it, keep what was measured
         result.complete, result.error = False, exc
-    result.rejections = list(engine.rejections)
     error = None if result.error is None else f"{type(result.error).__name__}: {result.error}"
     session.close(result.end_reason, error)
     return result

@@ -109,7 +109,3 @@ class ScriptPlayer:
         while self._next < len(self.actions) and self.actions[self._next].at <= now:
             self._next += 1
         return self.actions[start:self._next]
-
-    @property
-    def finished(self) -> bool:
-        return self._next >= len(self.actions)

@@ -169,9 +169,13 @@ def read_trace(path: str) -> Trace:
         if header is None:
             if event.get("format") != TRACE_FORMAT:
                 raise TraceError(f"{path}:{lineno}: not a batchtop trace (format {event.get('format')!r})")
-            if not isinstance(event.get("version"), int) or event["version"] > TRACE_VERSION:
-                raise TraceError(f"{path}:{lineno}: trace version {event.get('version')!r} is newer than this "
+            version = event.get("version")
+            if isinstance(version, int) and not isinstance(version, bool) and version > TRACE_VERSION:
+                raise TraceError(f"{path}:{lineno}: trace version {version} is newer than this "
                                  f"batchtop reads ({TRACE_VERSION}); upgrade batchtop")
+            if version != TRACE_VERSION or isinstance(version, bool):
+                raise TraceError(f"{path}:{lineno}: unknown trace version {version!r} (this batchtop reads "
+                                 f"version {TRACE_VERSION})")
             header = event
         elif event["seq"] <= last_seq:
             raise TraceError(f"{path}:{lineno}: seq {event['seq']} after {last_seq}: events out of order")

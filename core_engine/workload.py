@@ -140,12 +140,12 @@ def _parse_jsonl_object(obj: object, lineno: int, vocab_size: int, error) -> Raw
     if max_tokens < 1:
         raise error(f"max_tokens must be >= 1, got {max_tokens}")
     arrival = obj.get("arrival_s", 0.0)
-    if not isinstance(arrival, (int, float)) or isinstance(arrival, bool) or not math.isfinite(arrival) or arrival < 0:
+    if not _is_number(arrival) or arrival < 0:
         raise error(f"arrival_s must be a number >= 0, got {arrival!r}")
     temperature, top_p = obj.get("temperature", 0.0), obj.get("top_p", 1.0)
-    if not isinstance(temperature, (int, float)) or temperature < 0:
+    if not _is_number(temperature) or temperature < 0:
         raise error(f"temperature must be a number >= 0, got {temperature!r}")
-    if not isinstance(top_p, (int, float)) or not 0 < top_p <= 1:
+    if not _is_number(top_p) or not 0 < top_p <= 1:
         raise error(f"top_p must be in (0, 1], got {top_p!r}")
     seed = obj.get("seed")
     if seed is not None and (not isinstance(seed, int) or isinstance(seed, bool)):
@@ -153,6 +153,11 @@ def _parse_jsonl_object(obj: object, lineno: int, vocab_size: int, error) -> Raw
     sampling = SamplingParams(temperature=float(temperature), top_p=float(top_p), seed=seed)
     return RawRequest(str(rid), prompt_len, max_tokens, float(arrival),
                       tuple(ids) if ids is not None else None, sampling)
+
+
+def _is_number(value: object) -> bool:
+    """A finite JSON number: not a bool, not NaN or Infinity (Python's json reads both)."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
 def _int_field(obj: dict, name: str, error) -> int:

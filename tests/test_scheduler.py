@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from core_engine import control
 from core_engine.engine import Engine
-from core_engine.request import Phase, Request
+from core_engine.request import Phase, Request, SamplingParams
 from tests.conftest import make_requests, run_all, tiny_config
 
 
@@ -165,15 +165,17 @@ def test_switching_to_continuous_releases_static_padding_at_the_next_step():
     assert snap.num_padding_tokens == 0
 
 
-def test_a_request_that_can_never_fit_is_rejected_up_front_and_the_rest_complete():
+def test_a_request_that_can_never_fit_or_is_malformed_is_rejected_alone_and_the_rest_complete():
     big = Request("big", (1,) * 40, 40)  # 79 KV tokens > 16 blocks x 4 tokens
-    reqs = [*make_requests(5, seed=4, prompt=(2, 8), output=(2, 8)), big]
+    nan = Request("nan", (1, 2), 3, sampling=SamplingParams(temperature=float("nan")))
+    reqs = [*make_requests(5, seed=4, prompt=(2, 8), output=(2, 8)), big, nan]
     engine = Engine(tiny_config(num_kv_blocks=16))
     outputs, snaps, _ = run_all(engine, reqs, check=check_step)
-    rejected = [r for s in snaps for r in s.rejected] + [r for r in engine.rejections]
-    assert any(rid == "big" and "needs 20 KV blocks" in why and "pool has 16" in why for rid, why in rejected)
-    assert engine.counters.rejected == 1 and engine.counters.completed == 5
-    assert "big" not in outputs
+    rejected = dict(r for s in snaps for r in s.rejected)
+    assert "needs 20 KV blocks" in rejected["big"] and "pool has 16" in rejected["big"]
+    assert "temperature must be >= 0" in rejected["nan"]
+    assert engine.counters.rejected == 2 and engine.counters.completed == 5
+    assert "big" not in outputs and "nan" not in outputs
     assert_drained(engine)
 
 

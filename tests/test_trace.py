@@ -110,6 +110,8 @@ def test_a_corrupt_line_in_the_middle_is_an_error_naming_the_line(tmp_path):
 @pytest.mark.parametrize("header,message", [
     ({"seq": 0, "t": 0, "type": "header", "format": "cb-trace", "version": 1}, "not a batchtop trace"),
     ({"seq": 0, "t": 0, "type": "header", "format": "batchtop.trace", "version": 2}, "version 2 is newer"),
+    ({"seq": 0, "t": 0, "type": "header", "format": "batchtop.trace", "version": 0}, "unknown trace version 0"),
+    ({"seq": 0, "t": 0, "type": "header", "format": "batchtop.trace"}, "unknown trace version None"),
 ])
 def test_unknown_formats_and_newer_versions_are_refused(tmp_path, header, message):
     path = tmp_path / "t.jsonl"
