@@ -8,7 +8,9 @@ import json
 import pytest
 from click.testing import CliRunner
 
+from core_engine.config import config_from_dict
 from core_engine.engine import Engine
+from core_engine.request import Request
 from core_engine.headless import run_workload
 from core_engine.script import ScriptAction, ScriptPlayer, load_script
 from core_engine.session import Session
@@ -49,6 +51,27 @@ def test_a_headless_recording_replays_to_the_same_metrics(tmp_path, name):
     assert {k: v for k, v in replayed.items() if k != "replayed_from"} == original
     if name.endswith(".gz"):
         assert gzip.open(trace).read(1) == b"{"
+
+
+def test_re_feeding_a_traces_inputs_reproduces_every_scheduling_decision(tmp_path):
+    trace = read_trace(record_headless(tmp_path, "run.jsonl")[0])
+    engine = Engine(config_from_dict(trace.header["config"]))  # the same engine; prompts need only lengths
+    decisions = 0
+    for event, recorded in trace.snapshots():
+        if event["type"] == "arrival":
+            engine.add_request(Request(event["id"], (1,) * event["prompt_len"], event["max_tokens"]),
+                               arrival_s=event["arrival_s"])
+        elif event["type"] == "step":
+            snap = engine.step()
+            assert (snap.admitted, snap.preempted, snap.block_owners) == \
+                (recorded.admitted, recorded.preempted, recorded.block_owners), f"step {recorded.step}"
+            assert [(s.index, s.phase, s.num_computed) for s in snap.slots] == \
+                [(s.index, s.phase, s.num_computed) for s in recorded.slots]
+            decisions += 1
+        else:
+            assert event["type"] in ("finish", "end"), event  # no controls or rejections in this run
+    assert decisions > 50 and engine.is_done()
+    assert engine.counters.preemptions > 0
 
 
 def test_what_happens_after_the_last_step_replays_too(tmp_path):
