@@ -14,6 +14,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from core_engine.config import ModelConfig
+from core_engine.packed_linear import PackedLinear
 from gpu_kernels import gather_kv, paged_decode_attention, prefill_attention, store_kv
 
 
@@ -95,8 +96,8 @@ class Attention(nn.Module):
         self.scale = self.head_dim ** -0.5
         h = config.hidden_size
         self.q_size, self.kv_size = self.num_heads * self.head_dim, config.kv_dim
-        self.qkv_proj = nn.Linear(h, self.q_size + 2 * self.kv_size, bias=False)  # HF: q_proj, k_proj, v_proj
-        self.o_proj = nn.Linear(self.q_size, h, bias=False)
+        self.qkv_proj = PackedLinear(h, self.q_size + 2 * self.kv_size, bias=False)  # HF: q_proj, k_proj, v_proj
+        self.o_proj = PackedLinear(self.q_size, h, bias=False)
         save, load = split_fused("qkv_proj", (("q_proj", self.q_size), ("k_proj", self.kv_size),
                                                    ("v_proj", self.kv_size)))
         self._register_state_dict_hook(save)
@@ -138,8 +139,8 @@ class MLP(nn.Module):
     def __init__(self, config: ModelConfig) -> None:
         super().__init__()
         i = config.intermediate_size
-        self.gate_up_proj = nn.Linear(config.hidden_size, 2 * i, bias=False)  # HF: gate_proj, up_proj
-        self.down_proj = nn.Linear(i, config.hidden_size, bias=False)
+        self.gate_up_proj = PackedLinear(config.hidden_size, 2 * i, bias=False)  # HF: gate_proj, up_proj
+        self.down_proj = PackedLinear(i, config.hidden_size, bias=False)
         save, load = split_fused("gate_up_proj", (("gate_proj", i), ("up_proj", i)))
         self._register_state_dict_hook(save)
         self.register_load_state_dict_pre_hook(load)
@@ -178,7 +179,7 @@ class LlamaForCausalLM(nn.Module):
         super().__init__()
         self.config = config
         self.model = LlamaBody(config)
-        self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
+        self.lm_head = PackedLinear(config.hidden_size, config.vocab_size, bias=False)
 
     @torch.inference_mode()
     def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, batch: AttentionBatch,
