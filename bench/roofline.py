@@ -26,16 +26,17 @@ from decode_steps import decode_steps  # bench/ is on sys.path when run as a scr
 
 
 def gemv_ceiling(engine: Engine) -> float:
-    """Bytes/s of batch-1 matmuls over every weight matrix the decode step reads, nothing else."""
-    weights = [m.weight for m in engine.runner.model.modules() if isinstance(m, torch.nn.Linear)]
-    x = {w.shape[1]: torch.randn(1, w.shape[1], dtype=w.dtype, device=w.device) for w in weights}
-    nbytes = sum(w.numel() * w.element_size() for w in weights)
+    """Bytes/s of batch-1 matmuls over every weight matrix the decode step reads, nothing else
+    (through the model's own linear modules, so with the kernels the engine uses)."""
+    layers = [m for m in engine.runner.model.modules() if isinstance(m, torch.nn.Linear)]
+    x = {m.in_features: torch.randn(1, m.in_features, dtype=m.weight.dtype, device=m.weight.device) for m in layers}
+    nbytes = sum(m.weight.numel() * m.weight.element_size() for m in layers)
     times = []
     with torch.inference_mode():
         for _ in range(8):
             t0 = time.perf_counter()
-            for w in weights:
-                torch.nn.functional.linear(x[w.shape[1]], w)
+            for m in layers:
+                m(x[m.in_features])
             if engine.config.device == "cuda":
                 torch.cuda.synchronize()
             times.append(time.perf_counter() - t0)
