@@ -22,17 +22,25 @@ def can_pack(device: torch.device, dtype: torch.dtype) -> bool:
             and torch.ops.mkldnn._is_mkldnn_bf16_supported())
 
 
+def weight_key(weight: torch.Tensor) -> tuple:
+    """Changes whenever the weight is replaced or written to. A weight created under inference mode
+    keeps no version counter; such a weight is only ever written under inference mode too, which no
+    loader does, so its storage identifies it."""
+    return id(weight), weight.data_ptr(), None if weight.is_inference() else weight._version
+
+
 class PackedLinear(nn.Linear):
     def __init__(self, in_features: int, out_features: int, bias: bool = True, **kwargs) -> None:
         super().__init__(in_features, out_features, bias, **kwargs)
         self._packed: torch.Tensor | None = None
-        self._packed_version = -1
+        self._packed_key: tuple | None = None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         weight = self.weight
         if x.dim() != 2 or not can_pack(weight.device, weight.dtype):
             return F.linear(x, weight, self.bias)
-        if self._packed is None or self._packed_version != weight._version:
+        key = weight_key(weight)
+        if self._packed is None or self._packed_key != key:
             self._packed = torch.ops.mkldnn._reorder_linear_weight(weight.detach())
-            self._packed_version = weight._version
+            self._packed_key = key
         return torch.ops.mkldnn._linear_pointwise(x, self._packed, self.bias, "none", [], "")

@@ -34,3 +34,10 @@ def test_writing_the_weight_repacks_it_and_state_dict_stays_plain():
     with torch.inference_mode():
         after = layer(x)
     assert not torch.equal(before, after) and torch.equal(after, F.linear(x, new))
+
+
+def test_a_layer_built_under_inference_mode_packs_too():
+    with torch.inference_mode():
+        layer = PackedLinear(16, 8, bias=False).to(torch.bfloat16)
+        x = torch.randn(2, 16, dtype=torch.bfloat16)
+        assert torch.equal(layer(x), F.linear(x, layer.weight)) and layer._packed is not None
