@@ -206,7 +206,8 @@ class Engine:
             return self.snapshot()
         assert plan.num_tokens <= self.scheduler.max_num_batched_tokens, "token budget overrun"
         cost = step_cost(self.config.model, self.config.dtype, plan_chunks(plan),
-                         num_sampled=sum(1 for s, n in plan.scheduled if s.num_computed_tokens + n == s.num_tokens))
+                         num_logit_rows=len(plan.padding) + sum(1 for s, n in plan.scheduled
+                                                                if s.num_computed_tokens + n == s.num_tokens))
         batch = self.runner.prepare(plan)
         t_prep = self._clock()
         sampled = self.runner.run(batch)

@@ -1,10 +1,11 @@
 """FLOPs and bytes of one forward step, counted analytically from the model dims and the batch.
 
-Per step with T tokens fed, S rows sampled, L layers, hidden H, q heads nh, kv heads kvh, head dim hd,
+Per step with T tokens fed, S rows through the lm_head, L layers, hidden H, q heads nh, kv heads kvh, head dim hd,
 element size e bytes (in the spirit of nanoGPT's estimate_mfu):
 
   weight FLOPs   = 2 * P_layers * T + 2 * H * V * S        every token meets every layer weight once;
-                                                           only sampled rows reach the lm_head
+                                                           only sampled rows (and static batching's
+                                                           padding rows) reach the lm_head
   attention FLOPs = L * sum over query tokens of 4 * nh * hd * keys_seen     (QK^T and PV)
   weight bytes   = (P_layers + H * V + H) * e              read once per step, whatever the batch:
                                                            this is why decode batching is nearly free
@@ -37,7 +38,7 @@ def element_size(dtype: str) -> int:
     return DTYPES[dtype].itemsize
 
 
-def step_cost(model: ModelConfig, dtype: str, chunks: list[Chunk], num_sampled: int) -> StepCost:
+def step_cost(model: ModelConfig, dtype: str, chunks: list[Chunk], num_logit_rows: int) -> StepCost:
     e = element_size(dtype)
     h, v, layers = model.hidden_size, model.vocab_size, model.num_hidden_layers
     layer_weights = model.layer_params() - 2 * h  # norms are vectors, not GEMMs
@@ -45,7 +46,7 @@ def step_cost(model: ModelConfig, dtype: str, chunks: list[Chunk], num_sampled: 
     keys = sum(c.num_tokens * (c.start + c.keys_offset) + c.num_tokens * (c.num_tokens - 1) // 2
                for c in chunks)
 
-    weight_flops = 2 * layer_weights * layers * tokens + 2 * h * v * num_sampled
+    weight_flops = 2 * layer_weights * layers * tokens + 2 * h * v * num_logit_rows
     attn_flops = layers * 4 * model.num_attention_heads * model.head_dim * keys
     weight_bytes = (model.layer_params() * layers + h * v + h) * e
     kv_row = 2 * model.kv_dim * e  # K and V of one token in one layer

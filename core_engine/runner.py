@@ -19,8 +19,8 @@ class PreparedBatch:
     input_ids: torch.Tensor  # (T,)
     positions: torch.Tensor  # (T,)
     attention: AttentionBatch
-    logits_rows: torch.Tensor  # (S,) rows whose next token is sampled
-    sampled_seqs: list[Sequence]  # the S sequences, in row order
+    logits_rows: torch.Tensor  # rows that reach the lm_head: the S sampled ones first, then padding
+    sampled_seqs: list[Sequence]  # the S sampled sequences, in row order
 
 
 class ModelRunner:
@@ -66,9 +66,12 @@ class ModelRunner:
             slots.append(self._slot(seq, p))
             tables.append(seq.block_table)
             ctx_lens.append(p + 1)
+        padding_rows: list[int] = []
         for seq in plan.padding:
-            # A finished row recomputes its last token; its K/V goes to scratch, unseen by anyone.
+            # A finished row recomputes its last token and its logits, as Hugging Face's generate()
+            # does for the finished rows of a batch; its K/V goes to scratch, unseen by anyone.
             p = seq.num_computed_tokens
+            padding_rows.append(len(ids))
             ids.append(seq.token_ids[-1])
             pos.append(p)
             slots.append(self.scratch_block * self.block_size)
@@ -87,6 +90,7 @@ class ModelRunner:
                 logits_rows.append(len(ids) - 1)
                 sampled.append(seq)
 
+        logits_rows += padding_rows  # computed and thrown away, after the rows that are sampled
         block_tables = context_lens = None
         if num_decode_rows:
             width = max(len(t) for t in tables)
@@ -101,7 +105,8 @@ class ModelRunner:
     def run(self, batch: PreparedBatch) -> list[tuple[Sequence, int]]:
         """One forward over the whole batch, then one sampled token per completed sequence."""
         logits = self.model(batch.input_ids, batch.positions, batch.attention, batch.logits_rows)
-        tokens = self.sampler.sample(logits, batch.sampled_seqs) if batch.sampled_seqs else []
+        n = len(batch.sampled_seqs)
+        tokens = self.sampler.sample(logits[:n], batch.sampled_seqs) if n else []
         return list(zip(batch.sampled_seqs, tokens))
 
     def _tensor(self, values: list) -> torch.Tensor:

@@ -15,7 +15,7 @@ HAND = ModelConfig("hand", vocab_size=10, hidden_size=4, intermediate_size=8, nu
 
 def test_one_decode_row_matches_a_hand_calculation():
     # one sequence decoding at position 5 (it sees 6 keys), fp32 (4 bytes), one sampled row
-    cost = step_cost(HAND, "float32", [Chunk(start=5, num_tokens=1)], num_sampled=1)
+    cost = step_cost(HAND, "float32", [Chunk(start=5, num_tokens=1)], num_logit_rows=1)
     gemm_weights = 4 * 4 + 2 * 4 * 2 + 4 * 4 + 3 * 4 * 8  # q, k+v (kv_dim 2), o, gate+up+down = 144
     assert cost.weight_flops == 2 * gemm_weights + 2 * 4 * 10  # layer GEMMs + the lm_head row = 368
     assert cost.attn_flops == 4 * 2 * 2 * 6  # QK and PV: 4 * heads * head_dim * keys = 96
@@ -26,13 +26,13 @@ def test_one_decode_row_matches_a_hand_calculation():
 
 
 def test_a_prefill_chunk_counts_causal_keys():
-    cost = step_cost(HAND, "float32", [Chunk(start=3, num_tokens=4)], num_sampled=1)
+    cost = step_cost(HAND, "float32", [Chunk(start=3, num_tokens=4)], num_logit_rows=1)
     keys = 4 + 5 + 6 + 7  # positions 3..6 see 4..7 keys
     assert cost.attn_flops == 4 * 2 * 2 * keys
 
 
 def decode_step(batch: int, context: int = 512):
-    return step_cost(preset("cpu-demo"), "bfloat16", [Chunk(context, 1)] * batch, num_sampled=batch)
+    return step_cost(preset("cpu-demo"), "bfloat16", [Chunk(context, 1)] * batch, num_logit_rows=batch)
 
 
 def test_gemm_intensity_grows_with_batch_but_attention_intensity_does_not():

@@ -49,7 +49,10 @@ def test_continuous_refills_a_freed_slot_at_the_very_next_step():
 def test_static_batch_admits_nobody_mid_batch_and_computes_padding_rows():
     reqs = [Request("a", (1, 2), 2), Request("b", (3, 4), 10), Request("c", (5, 6), 2)]
     engine = Engine(tiny_config(mode="static", max_num_seqs=2))
+    lm_head_rows = []  # like generate(), a padding row is computed through the lm_head too
+    engine.runner.model.lm_head.register_forward_hook(lambda m, args, out: lm_head_rows.append(out.shape[0]))
     outputs, snaps, _ = run_all(engine, reqs, check=check_step)
+    assert lm_head_rows == [s.num_seqs if not s.num_prefill_tokens else len(s.admitted) for s in snaps]
     c_admitted = next(s.step for s in snaps if "c" in s.admitted)
     b_finished = next(s.step for s in snaps if any(f.request_id == "b" for f in s.finished))
     assert c_admitted == b_finished + 1  # the queue waited for the whole batch
