@@ -1,7 +1,7 @@
 """FLOPs and bytes of one forward step, counted analytically from the model dims and the batch.
 
-Per step with T tokens fed, S rows through the lm_head, L layers, hidden H, q heads nh, kv heads kvh, head dim hd,
-element size e bytes (in the spirit of nanoGPT's estimate_mfu):
+Per step with T tokens fed, S rows through the lm_head, L layers, hidden H, q heads nh, kv heads kvh,
+head dim hd, element size e bytes (in the spirit of nanoGPT's estimate_mfu):
 
   weight FLOPs   = 2 * P_layers * T + 2 * H * V * S        every token meets every layer weight once;
                                                            only sampled rows (and static batching's

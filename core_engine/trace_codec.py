@@ -2,8 +2,9 @@
 
 A snapshot becomes, in order: its control events, its arrivals, its rejections, its finished requests,
 then one "step" event when a forward ran, or a "view" event (the same fields, step 0) when something
-happened between steps: a replay then ends at the same run time and counters as the live run did. Requests are named by their index; the arrival event
-carries the id and lengths once. Block ownership is run-length encoded and omitted when unchanged.
+happened between steps: a replay then ends at the same run time and counters as the live run did.
+Requests are named by their index; the arrival event carries the id and lengths once. Block
+ownership is run-length encoded and omitted when unchanged.
 """
 
 from __future__ import annotations
