@@ -193,10 +193,7 @@ async def test_a_scripts_quit_action_closes_the_dashboard_and_its_recording(tmp_
     app = BatchtopApp(EngineBridge(engine, WORKLOAD, start_paused=True, session=session), config, PEAKS)
     async with app.run_test(size=(100, 30)) as pilot:
         await pilot.press("space")
-        for _ in range(500):  # the app must leave by itself; a hang fails here, not in CI's timeout
-            if app.return_value is not None:
-                break
-            await asyncio.sleep(0.02)
+        await wait_for(pilot, lambda: app.return_value is not None)  # a hang fails here, not in CI's timeout
     assert app.return_value == 0 and app.bridge.done.is_set()
     assert read_trace(path).events[-1]["reason"] == "script quit"
 
