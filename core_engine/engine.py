@@ -205,10 +205,10 @@ class Engine:
                                    f"and {len(self.scheduler.running)} running")
             return self.snapshot()
         assert plan.num_tokens <= self.scheduler.max_num_batched_tokens, "token budget overrun"
-        cost = step_cost(self.config.model, self.config.dtype, plan_chunks(plan),
-                         num_logit_rows=len(plan.padding) + sum(1 for s, n in plan.scheduled
-                                                                if s.num_computed_tokens + n == s.num_tokens))
         batch = self.runner.prepare(plan)
+        # the runner decides which rows reach the lm_head (sampled rows, static padding rows)
+        cost = step_cost(self.config.model, self.config.dtype, plan_chunks(plan),
+                         num_logit_rows=len(batch.logits_rows))
         t_prep = self._clock()
         sampled = self.runner.run(batch)
         t_fwd = self._clock()
