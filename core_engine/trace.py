@@ -170,10 +170,10 @@ def read_trace(path: str) -> Trace:
             if event.get("format") != TRACE_FORMAT:
                 raise TraceError(f"{path}:{lineno}: not a batchtop trace (format {event.get('format')!r})")
             version = event.get("version")
-            if isinstance(version, int) and not isinstance(version, bool) and version > TRACE_VERSION:
+            if type(version) is int and version > TRACE_VERSION:  # type(): a JSON true is no version
                 raise TraceError(f"{path}:{lineno}: trace version {version} is newer than this "
                                  f"batchtop reads ({TRACE_VERSION}); upgrade batchtop")
-            if version != TRACE_VERSION or isinstance(version, bool):
+            if type(version) is not int or version != TRACE_VERSION:
                 raise TraceError(f"{path}:{lineno}: unknown trace version {version!r} (this batchtop reads "
                                  f"version {TRACE_VERSION})")
             header = event
