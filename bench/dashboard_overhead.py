@@ -5,8 +5,9 @@
 Everything that touches torch runs off the main thread, as `batchtop` does (core_engine.torch_thread).
 Alternates headless and dashboard runs (the dashboard drawn by Textual in headless mode at 120x36,
 polling at its normal rate) and prints generated tok/s of each; the result is the median of the
-per-round ratios, since on a shared machine the noise between rounds exceeds the effect measured. Throughput is measured from the first step's start to the last step's end, so app start-up
-is not counted against the dashboard. Target: dashboard >= 90% of headless.
+per-round ratios, since on a shared machine the noise between rounds exceeds the effect measured.
+Throughput is measured from the first step's start to the last step's end, so app start-up is not
+counted against the dashboard. Target: dashboard >= 90% of headless.
 """
 
 from __future__ import annotations
