@@ -23,10 +23,10 @@ import argparse
 
 from ideal_steps import continuous_steps, static_steps  # bench/ is on sys.path when run as a script
 
-from core_engine.engine import Engine
-from core_engine.metrics import MetricsCollector
-from core_engine.setup import resolve_config
-from core_engine.workload import WorkloadSpec, load_workload
+from batchtop.core_engine.engine.engine import Engine
+from batchtop.core_engine.measure.metrics import MetricsCollector
+from batchtop.core_engine.resolve import resolve_config
+from batchtop.core_engine.session.workload import WorkloadSpec, load_workload
 
 
 def main() -> None:

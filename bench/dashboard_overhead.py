@@ -16,15 +16,15 @@ import argparse
 import asyncio
 import statistics
 
-from core_engine.device_peaks import device_peaks
-from core_engine.engine import Engine
-from core_engine.headless import run_workload
-from core_engine.metrics import MetricsCollector
-from core_engine.setup import resolve_config
-from core_engine.torch_thread import call_in_thread
-from core_engine.workload import WorkloadSpec, load_workload
-from tui.app import BatchtopApp
-from tui.bridge import EngineBridge
+from batchtop.core_engine.measure.device_peaks import device_peaks
+from batchtop.core_engine.engine.engine import Engine
+from batchtop.core_engine.session.driver import run_workload
+from batchtop.core_engine.measure.metrics import MetricsCollector
+from batchtop.core_engine.resolve import resolve_config
+from batchtop.core_engine.torch_thread import call_in_thread
+from batchtop.core_engine.session.workload import WorkloadSpec, load_workload
+from batchtop.tui.app import BatchtopApp
+from batchtop.tui.bridge import EngineBridge
 
 
 def steady_throughput(collector: MetricsCollector) -> float:

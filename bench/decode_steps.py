@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from core_engine.engine import Engine
-from core_engine.request import Request
+from batchtop.core_engine.engine.engine import Engine
+from batchtop.core_engine.engine.request import Request
 
 
 def decode_steps(engine: Engine, batch: int, context: int, steps: int) -> list:

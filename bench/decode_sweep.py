@@ -14,8 +14,8 @@ from __future__ import annotations
 import argparse
 import statistics
 
-from core_engine.engine import Engine
-from core_engine.setup import resolve_config
+from batchtop.core_engine.engine.engine import Engine
+from batchtop.core_engine.resolve import resolve_config
 from decode_steps import decode_steps  # bench/ is on sys.path when run as a script
 
 STEPS = 12

@@ -14,9 +14,9 @@ import statistics
 
 from decode_steps import decode_steps  # bench/ is on sys.path when run as a script
 
-from core_engine import packed_linear
-from core_engine.engine import Engine
-from core_engine.setup import resolve_config
+from batchtop.core_engine.model import packed_linear
+from batchtop.core_engine.engine.engine import Engine
+from batchtop.core_engine.resolve import resolve_config
 
 STEPS = 10
 

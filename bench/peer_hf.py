@@ -38,16 +38,14 @@ from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # runnable as a plain script
-
 import transformers  # noqa: E402
 from transformers import AutoModelForCausalLM, ContinuousBatchingConfig, GenerationConfig, LlamaConfig  # noqa: E402
 
-from core_engine.config import EngineConfig, preset  # noqa: E402
-from core_engine.engine import Engine  # noqa: E402
-from core_engine.headless import run_workload  # noqa: E402
-from core_engine.request import Request  # noqa: E402
-from core_engine.workload import WorkloadSpec, load_workload  # noqa: E402
+from batchtop.core_engine.config import EngineConfig, preset  # noqa: E402
+from batchtop.core_engine.engine.engine import Engine  # noqa: E402
+from batchtop.core_engine.session.driver import run_workload  # noqa: E402
+from batchtop.core_engine.engine.request import Request  # noqa: E402
+from batchtop.core_engine.session.workload import WorkloadSpec, load_workload  # noqa: E402
 
 DTYPE = "bfloat16"
 NO_EOS = -1  # transformers' continuous batching: a negative id means "no end-of-sequence token"

@@ -18,10 +18,10 @@ import time
 
 import torch
 
-from core_engine.device import DTYPES
-from core_engine.device_peaks import measure_peaks
-from core_engine.engine import Engine
-from core_engine.setup import resolve_config
+from batchtop.core_engine.device import DTYPES
+from batchtop.core_engine.measure.device_peaks import measure_peaks
+from batchtop.core_engine.engine.engine import Engine
+from batchtop.core_engine.resolve import resolve_config
 from decode_steps import decode_steps  # bench/ is on sys.path when run as a script
 
 

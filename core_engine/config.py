@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
-from core_engine.errors import ConfigError
+from batchtop.core_engine.errors import ConfigError
 
 MODES = ("continuous", "static")
 
@@ -91,7 +91,7 @@ def preset(name: str) -> ModelConfig:
 
 @dataclass(frozen=True, slots=True)
 class EngineConfig:
-    """The engine's knobs, resolved: no 'auto' values remain (see core_engine.setup)."""
+    """The engine's knobs, resolved: no 'auto' values remain (see core_engine.resolve)."""
 
     model: ModelConfig
     device: str = "cpu"

@@ -7,7 +7,7 @@ import platform
 
 import torch
 
-from core_engine.errors import ConfigError
+from batchtop.core_engine.errors import ConfigError
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 DTYPE_ALIASES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16", "half": "float16"}

@@ -9,11 +9,11 @@ import tempfile
 import pytest
 import torch
 
-from core_engine.config import EngineConfig, preset
-from core_engine.engine import Engine
-from core_engine.metrics import MetricsCollector
-from core_engine.request import Request
-from core_engine.snapshot import StepSnapshot
+from batchtop.core_engine.config import EngineConfig, preset
+from batchtop.core_engine.engine.engine import Engine
+from batchtop.core_engine.measure.metrics import MetricsCollector
+from batchtop.core_engine.engine.request import Request
+from batchtop.core_engine.engine.snapshot import StepSnapshot
 
 # Device peaks are measured once and cached: keep the tests' cache out of the user's home.
 os.environ.setdefault("BATCHTOP_CACHE_DIR", tempfile.mkdtemp(prefix="batchtop-test-cache-"))

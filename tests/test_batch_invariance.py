@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import torch
 
-from core_engine.engine import Engine
-from core_engine.request import Request
+from batchtop.core_engine.engine.engine import Engine
+from batchtop.core_engine.engine.request import Request
 from tests.conftest import make_requests, run_all, tiny_config
 
 REQS = make_requests(8, seed=11, prompt=(3, 20), output=(8, 16))

@@ -12,10 +12,10 @@ import time
 import pytest
 from click.testing import CliRunner
 
-from core_engine.runner import ModelRunner
-from core_engine.workload import WorkloadSpec, load_workload
+from batchtop.core_engine.engine.runner import ModelRunner
+from batchtop.core_engine.session.workload import WorkloadSpec, load_workload
 from tests.conftest import fail_on_call
-from tui.cli import main
+from batchtop.tui.cli import main
 
 TINY = ["--model", "tiny", "--device", "cpu", "--dtype", "float32"]
 
@@ -116,7 +116,7 @@ def test_an_engine_failure_exits_1_and_keeps_the_metrics_so_far(tmp_path, monkey
 def test_ctrl_c_writes_incomplete_metrics_and_exits_130(tmp_path):
     out = tmp_path / "m.json"
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    proc = subprocess.Popen([sys.executable, "-m", "tui", "--headless", *TINY, "--workload", "synthetic",
+    proc = subprocess.Popen([sys.executable, "-m", "batchtop.tui", "--headless", *TINY, "--workload", "synthetic",
                              "--num-requests", "20000", "--prompt-mean", "4", "--output-mean", "4", "-o", str(out)],
                             stderr=subprocess.PIPE, text=True, env=env)
     assert "building tiny" in proc.stderr.readline()

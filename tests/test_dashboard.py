@@ -8,21 +8,21 @@ import io
 import pytest
 from rich.console import Console
 
-from core_engine.device_peaks import DevicePeaks
-from core_engine.engine import Engine
-from core_engine.request import Request
-from core_engine.runner import ModelRunner
-from core_engine.script import ScriptAction, ScriptPlayer
-from core_engine.session import Session
-from core_engine.trace import Recorder, read_trace
+from batchtop.core_engine.measure.device_peaks import DevicePeaks
+from batchtop.core_engine.engine.engine import Engine
+from batchtop.core_engine.engine.request import Request
+from batchtop.core_engine.engine.runner import ModelRunner
+from batchtop.core_engine.session.script import ScriptAction, ScriptPlayer
+from batchtop.core_engine.session.session import Session
+from batchtop.core_engine.session.trace import Recorder, read_trace
 from tests.conftest import fail_on_call, tiny_config
-from tui.app import BatchtopApp
-from tui.bridge import EngineBridge
-from tui.widgets.help_screen import HelpScreen
-from tui.widgets.kv_blocks import KVBlocksPanel
-from tui.widgets.slots import SlotsPanel
-from tui.widgets.status_line import StatusLine
-from tui.widgets.waiting import WaitingPanel
+from batchtop.tui.app import BatchtopApp
+from batchtop.tui.bridge import EngineBridge
+from batchtop.tui.screens.help import HelpScreen
+from batchtop.tui.widgets.kv_blocks import KVBlocksPanel
+from batchtop.tui.widgets.slots import SlotsPanel
+from batchtop.tui.widgets.status_line import StatusLine
+from batchtop.tui.widgets.waiting import WaitingPanel
 
 PEAKS = DevicePeaks("Test CPU", 4e11, 3.5e10, "measured:test")
 WORKLOAD = [Request(f"q{i}", tuple(range(1, 3 + 2 * i)), [3, 9, 2, 6, 4, 8, 5, 7][i % 8]) for i in range(10)]

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from core_engine.device_peaks import datasheet_peaks
-from core_engine.engine import Engine
-from gpu_kernels import paged_decode_attention
+from batchtop.core_engine.measure.device_peaks import datasheet_peaks
+from batchtop.core_engine.engine.engine import Engine
+from batchtop.gpu_kernels import paged_decode_attention
 from tests.conftest import make_requests, run_all, tiny_config
 from tests.test_paged_attention import HD, NH, scattered_pool
 

@@ -1,16 +1,19 @@
-"""core_engine and gpu_kernels never load a UI library; the headless CLI path never loads Textual."""
+"""Import rules: the engine and kernels load no UI library, the headless path loads no Textual, and
+everything is imported under the one `batchtop.` root (never as a bare `core_engine` or `tui`)."""
 
 from __future__ import annotations
 
+import ast
 import pkgutil
 import subprocess
 import sys
 from pathlib import Path
 
-import core_engine
-import gpu_kernels
+import batchtop.core_engine as core_engine
+import batchtop.gpu_kernels as gpu_kernels
 
 ROOT = Path(__file__).resolve().parent.parent
+TOP_LEVEL_PACKAGES = ("core_engine", "gpu_kernels", "tui", "themes")
 
 
 def all_modules(package) -> list[str]:
@@ -26,10 +29,33 @@ def loaded_after_importing(modules: list[str], forbidden: tuple[str, ...]) -> li
 
 def test_engine_and_kernels_import_neither_textual_nor_rich():
     modules = all_modules(core_engine) + all_modules(gpu_kernels)
-    assert "core_engine.scheduler.static" in modules and "core_engine.engine" in modules
+    assert "batchtop.core_engine.engine.scheduler.static" in modules
+    assert "batchtop.core_engine.engine.engine" in modules
     assert loaded_after_importing(modules, ("textual", "rich")) == []
 
 
 def test_the_headless_command_path_never_imports_textual():
-    modules = ["tui", "tui.cli", "tui.headless_cmd", "tui.compare_cmd", "tui.options"]
+    modules = ["batchtop.tui", "batchtop.tui.cli", "batchtop.tui.commands.headless",
+               "batchtop.tui.commands.compare", "batchtop.tui.commands.options"]
     assert loaded_after_importing(modules, ("textual",)) == []
+
+
+def bare_imports(path: Path) -> list[str]:
+    """`import tui` / `from core_engine.x import y`: names that only resolve from a source checkout."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
+        names = []
+        if isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            names = [node.module]
+        found += [f"{path.relative_to(ROOT)}:{node.lineno}: {n}" for n in names
+                  if n.split(".")[0] in TOP_LEVEL_PACKAGES]
+    return found
+
+
+def test_nothing_imports_the_top_level_folders_by_their_bare_names():
+    files = [p for folder in (*TOP_LEVEL_PACKAGES, "tests", "bench", "examples")
+             for p in (ROOT / folder).rglob("*.py")]
+    assert len(files) > 50
+    assert [hit for p in files for hit in bare_imports(p)] == []

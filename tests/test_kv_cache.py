@@ -2,8 +2,8 @@
 
 import pytest
 
-from core_engine.kv_cache import FREE, BlockAllocator, BlockManager
-from core_engine.request import Request, Sequence
+from batchtop.core_engine.engine.kv_cache import FREE, BlockAllocator, BlockManager
+from batchtop.core_engine.engine.request import Request, Sequence
 
 
 def test_allocate_and_free_restore_the_pool():

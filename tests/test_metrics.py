@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from core_engine.engine import Engine
-from core_engine.metrics import RateWindow, percentiles
-from core_engine.request import Request
+from batchtop.core_engine.engine.engine import Engine
+from batchtop.core_engine.measure.metrics import RateWindow, percentiles
+from batchtop.core_engine.engine.request import Request
 from tests.conftest import FakeClock, make_requests, run_all, tiny_config
 
 
@@ -78,7 +78,7 @@ def test_time_spent_before_the_first_step_is_not_charged_to_the_run():
 
 
 def test_slot_shares_stay_within_one_when_max_num_seqs_is_lowered_under_running_sequences():
-    from core_engine import control
+    from batchtop.core_engine.engine import control
 
     engine = Engine(tiny_config(max_num_seqs=8, max_num_batched_tokens=256, num_kv_blocks=256))
 

@@ -5,11 +5,11 @@ from __future__ import annotations
 import pytest
 import torch
 
-from core_engine.config import preset
-from core_engine.kv_cache import BlockAllocator, BlockManager
-from core_engine.request import Request, Sequence
-from core_engine.runner import ModelRunner
-from core_engine.scheduler import SchedulerOutput
+from batchtop.core_engine.config import preset
+from batchtop.core_engine.engine.kv_cache import BlockAllocator, BlockManager
+from batchtop.core_engine.engine.request import Request, Sequence
+from batchtop.core_engine.engine.runner import ModelRunner
+from batchtop.core_engine.engine.scheduler import SchedulerOutput
 from tests.conftest import tiny_config
 
 transformers = pytest.importorskip("transformers")

@@ -6,7 +6,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from core_engine.packed_linear import PackedLinear, can_pack
+from batchtop.core_engine.model.packed_linear import PackedLinear, can_pack
 
 pytestmark = pytest.mark.skipif(not can_pack(torch.device("cpu"), torch.bfloat16),
                                 reason="this CPU has no oneDNN bf16 path")

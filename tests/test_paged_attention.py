@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from gpu_kernels import gather_kv, paged_decode_attention, prefill_attention, store_kv
+from batchtop.gpu_kernels import gather_kv, paged_decode_attention, prefill_attention, store_kv
 
 NH, KVH, HD = 4, 2, 16
 

@@ -25,6 +25,6 @@ def test_ci_runs_the_readme_test_command():
 def test_every_picture_and_recording_the_readme_shows_is_in_the_repo():
     import re
     text = (ROOT / "README.md").read_text(encoding="utf-8")
-    linked = set(re.findall(r"\]\(([^)#:]+)\)", text)) | set(re.findall(r"`(tui/demos/[^`\s]+)`", text))
+    linked = set(re.findall(r"\]\(([^)#:]+)\)", text)) | set(re.findall(r"`(examples/recordings/[^`\s]+)`", text))
     assert any(p.endswith(".gif") for p in linked) and any(p.endswith(".svg") for p in linked)
     assert [p for p in linked if not (ROOT / p).is_file()] == []

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from core_engine import device_peaks as dp
-from core_engine.config import ModelConfig, preset
-from core_engine.device_peaks import DevicePeaks, datasheet_peaks
-from core_engine.roofline import Chunk, marginal_sequence_cost, step_cost
+from batchtop.core_engine.measure import device_peaks as dp
+from batchtop.core_engine.config import ModelConfig, preset
+from batchtop.core_engine.measure.device_peaks import DevicePeaks, datasheet_peaks
+from batchtop.core_engine.measure.roofline import Chunk, marginal_sequence_cost, step_cost
 
 HAND = ModelConfig("hand", vocab_size=10, hidden_size=4, intermediate_size=8, num_hidden_layers=1,
                    num_attention_heads=2, num_key_value_heads=1)

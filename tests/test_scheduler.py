@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from core_engine import control
-from core_engine.engine import Engine
-from core_engine.request import Phase, Request, SamplingParams
+from batchtop.core_engine.engine import control
+from batchtop.core_engine.engine.engine import Engine
+from batchtop.core_engine.engine.request import Phase, Request, SamplingParams
 from tests.conftest import make_requests, run_all, tiny_config
 
 

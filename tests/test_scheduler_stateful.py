@@ -7,10 +7,10 @@ from hypothesis import HealthCheck, event, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
-from core_engine import control
-from core_engine.engine import Engine
-from core_engine.errors import UnservableRequest
-from core_engine.request import Request
+from batchtop.core_engine.engine import control
+from batchtop.core_engine.engine.engine import Engine
+from batchtop.core_engine.errors import UnservableRequest
+from batchtop.core_engine.engine.request import Request
 from tests.conftest import tiny_config
 
 NUM_BLOCKS, BLOCK_SIZE = 12, 4

@@ -10,7 +10,7 @@ import types
 import pynvml
 import pytest
 
-from core_engine.telemetry import GPU_FIELDS, NvmlReader, ProcessReader, TelemetrySample, TelemetrySampler
+from batchtop.core_engine.measure.telemetry import GPU_FIELDS, NvmlReader, ProcessReader, TelemetrySample, TelemetrySampler
 
 
 def fake_pynvml(calls: list[str], broken: tuple[str, ...] = ()) -> types.SimpleNamespace:

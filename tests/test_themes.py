@@ -7,7 +7,7 @@ from pathlib import Path
 
 from textual.color import Color
 
-from themes import NUM_REQUEST_COLOURS, STYLESHEET, THEMES
+from batchtop.themes import NUM_REQUEST_COLOURS, STYLESHEET, THEMES
 
 WIDGETS = Path(__file__).resolve().parent.parent / "tui" / "widgets"
 

@@ -8,22 +8,22 @@ import json
 import pytest
 from click.testing import CliRunner
 
-from core_engine.config import config_from_dict
-from core_engine.engine import Engine
-from core_engine.request import Request
-from core_engine.headless import run_workload
-from core_engine.script import ScriptAction, ScriptPlayer, load_script
-from core_engine.session import Session
-from core_engine.trace import Recorder, TraceError, read_trace
+from batchtop.core_engine.config import config_from_dict
+from batchtop.core_engine.engine.engine import Engine
+from batchtop.core_engine.engine.request import Request
+from batchtop.core_engine.session.driver import run_workload
+from batchtop.core_engine.session.script import ScriptAction, ScriptPlayer, load_script
+from batchtop.core_engine.session.session import Session
+from batchtop.core_engine.session.trace import Recorder, TraceError, read_trace
 from tests.conftest import fail_on_call, make_requests, tiny_config
 from tests.test_dashboard import PEAKS, TickClock, WORKLOAD, make_app, panel_text, step, wait_for
-from tui.cli import main
-from tui.replay_app import ReplayApp
-from tui.replay_cmd import replay_metrics
-from tui.replay_source import ReplaySource
-from tui.widgets.kv_blocks import KVBlocksPanel
-from tui.widgets.slots import SlotsPanel
-from tui.widgets.waiting import WaitingPanel
+from batchtop.tui.cli import main
+from batchtop.tui.replay_app import ReplayApp
+from batchtop.tui.commands.replay import replay_metrics
+from batchtop.tui.replay_source import ReplaySource
+from batchtop.tui.widgets.kv_blocks import KVBlocksPanel
+from batchtop.tui.widgets.slots import SlotsPanel
+from batchtop.tui.widgets.waiting import WaitingPanel
 
 TINY = ["--model", "tiny", "--device", "cpu", "--dtype", "float32"]
 HEADER = {"config": tiny_config().as_dict(), "device": {"kind": "cpu", "name": "test"}, "peaks": None,
@@ -168,7 +168,7 @@ def test_a_recording_is_readable_while_it_is_still_being_written(tmp_path, name)
 
 
 def test_an_engine_crash_leaves_an_error_event_and_a_readable_trace(tmp_path, monkeypatch):
-    from core_engine.runner import ModelRunner
+    from batchtop.core_engine.engine.runner import ModelRunner
     monkeypatch.setattr(ModelRunner, "run", fail_on_call(ModelRunner.run, 4, "simulated fault"))
     trace = tmp_path / "crash.jsonl"
     result = CliRunner().invoke(main, ["--headless", *TINY, "--num-requests", "8", "--time-scale", "0",
@@ -210,7 +210,7 @@ def test_a_scripted_demo_applies_its_actions_at_the_right_steps(tmp_path):
 
 
 def test_the_bundled_teaching_demo_is_valid_and_bad_scripts_are_named(tmp_path):
-    from tui.options import DEMOS_DIR
+    from batchtop.tui.commands.options import DEMOS_DIR
     actions = load_script("teaching", DEMOS_DIR)
     assert actions[0].mode == "static" and actions[-1].quit and all(a.caption for a in actions[:-1])
     bad = tmp_path / "bad.json"

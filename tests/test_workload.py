@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from core_engine.errors import BadInput, WorkloadError
-from core_engine.workload import DEFAULT_TRACE, WorkloadSpec, load_workload, make_burst
+from batchtop.core_engine.errors import BadInput, WorkloadError
+from batchtop.core_engine.session.workload import DEFAULT_TRACE, WorkloadSpec, load_workload, make_burst
 
 VOCAB = 512
 

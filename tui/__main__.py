@@ -1,3 +1,3 @@
-from tui.cli import main
+from batchtop.tui.cli import main
 
 main()

@@ -19,20 +19,20 @@ from textual.message import Message
 from textual.widgets import Footer
 from textual.worker import Worker, WorkerState, get_current_worker
 
-from core_engine.config import EngineConfig
-from core_engine.device_peaks import DevicePeaks
-from core_engine.telemetry import TelemetrySampler
-from themes import STYLESHEET, THEMES
-from tui.bridge import EngineBridge
-from tui.frame import DashboardFrame
-from tui.widgets.device import DevicePanel
-from tui.widgets.help_screen import HelpScreen
-from tui.widgets.kv_blocks import KVBlocksPanel
-from tui.widgets.metrics_strip import MetricsStrip
-from tui.widgets.roofline import RooflinePanel
-from tui.widgets.slots import SlotsPanel
-from tui.widgets.status_line import StatusLine, status_text
-from tui.widgets.waiting import WaitingPanel
+from batchtop.core_engine.config import EngineConfig
+from batchtop.core_engine.measure.device_peaks import DevicePeaks
+from batchtop.core_engine.measure.telemetry import TelemetrySampler
+from batchtop.themes import STYLESHEET, THEMES
+from batchtop.tui.bridge import EngineBridge
+from batchtop.tui.frame import DashboardFrame
+from batchtop.tui.widgets.device import DevicePanel
+from batchtop.tui.screens.help import HelpScreen
+from batchtop.tui.widgets.kv_blocks import KVBlocksPanel
+from batchtop.tui.widgets.metrics_strip import MetricsStrip
+from batchtop.tui.widgets.roofline import RooflinePanel
+from batchtop.tui.widgets.slots import SlotsPanel
+from batchtop.tui.widgets.status_line import StatusLine, status_text
+from batchtop.tui.widgets.waiting import WaitingPanel
 
 POLL_HZ = 10
 STATUS_INTERVAL_S = 0.5

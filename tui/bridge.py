@@ -11,11 +11,12 @@ import time
 import traceback
 from collections.abc import Callable
 
-from core_engine import control
-from core_engine.engine import MAX_NUM_SEQS_LIMIT, Engine
-from core_engine.request import Request
-from core_engine.session import Session
-from tui.frame import DashboardFrame, FrameBuilder
+from batchtop.core_engine.engine import control
+from batchtop.core_engine.engine.engine import Engine
+from batchtop.core_engine.engine.validation import MAX_NUM_SEQS_LIMIT
+from batchtop.core_engine.engine.request import Request
+from batchtop.core_engine.session.session import Session
+from batchtop.tui.frame import DashboardFrame, FrameBuilder
 
 PUBLISH_INTERVAL_S = 0.1  # the UI polls at 10 Hz: a frame more often would be built for nobody
 IDLE_WAIT_S = 0.05

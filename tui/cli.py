@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from tui.options import engine_options, session_options
+from batchtop.tui.commands.options import engine_options, session_options
 
 CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 
@@ -30,10 +30,10 @@ def main(ctx: click.Context, headless: bool, output: str | None, theme: str, **o
     if ctx.invoked_subcommand is not None:
         return
     if headless:
-        from tui.headless_cmd import run_headless
+        from batchtop.tui.commands.headless import run_headless
         run_headless(opts, output)
     else:
-        from tui.dashboard_cmd import run_dashboard
+        from batchtop.tui.commands.dashboard import run_dashboard
         run_dashboard(opts, theme=f"batchtop-{theme}")
 
 
@@ -47,7 +47,7 @@ def compare(output: str, **opts) -> None:
     Same seed, same request lengths, same model. Arrivals default to all-at-once (--time-scale 0) and
     the first 256 requests, so the comparison measures throughput, not the arrival rate.
     """
-    from tui.compare_cmd import run_compare
+    from batchtop.tui.commands.compare import run_compare
     run_compare(opts, output)
 
 
@@ -63,5 +63,5 @@ def replay(trace: str, headless: bool, output: str | None, speed: float, theme: 
 
     Keys: space pause, < / > slower / faster (0.25x..16x), n next step, g / G start / end.
     """
-    from tui.replay_cmd import run_replay
+    from batchtop.tui.commands.replay import run_replay
     run_replay(trace, headless=headless, output=output, speed=speed, theme=f"batchtop-{theme}")

@@ -9,9 +9,9 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass, field
 
-from core_engine.metrics import MetricsCollector, RateWindow, percentiles
-from core_engine.request import Phase
-from core_engine.snapshot import StepSnapshot
+from batchtop.core_engine.measure.metrics import MetricsCollector, RateWindow, percentiles
+from batchtop.core_engine.engine.request import Phase
+from batchtop.core_engine.engine.snapshot import StepSnapshot
 
 TIMELINE_STEPS = 240  # steps the slot timeline keeps
 SPARK_POINTS = 120  # samples the sparklines keep

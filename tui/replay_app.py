@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from textual.binding import Binding
 
-from tui.app import COMMON_BINDINGS, Dashboard
-from tui.frame import DashboardFrame
-from tui.replay_source import ReplaySource
+from batchtop.tui.app import COMMON_BINDINGS, Dashboard
+from batchtop.tui.frame import DashboardFrame
+from batchtop.tui.replay_source import ReplaySource
 
 
 class ReplayApp(Dashboard):

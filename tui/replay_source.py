@@ -7,9 +7,9 @@ import threading
 import time
 from collections.abc import Callable
 
-from core_engine.snapshot import StepSnapshot
-from core_engine.trace import Trace
-from tui.frame import DashboardFrame, FrameBuilder
+from batchtop.core_engine.engine.snapshot import StepSnapshot
+from batchtop.core_engine.session.trace import Trace
+from batchtop.tui.frame import DashboardFrame, FrameBuilder
 
 SPEEDS = (0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 16.0)
 

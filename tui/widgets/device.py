@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from rich.text import Text
 
-from core_engine.config import EngineConfig
-from core_engine.device_peaks import DevicePeaks
-from core_engine.telemetry import TelemetrySample
-from tui.frame import DashboardFrame
-from tui.widgets.panel import Panel
-from tui.widgets.roofline import si
+from batchtop.core_engine.config import EngineConfig
+from batchtop.core_engine.measure.device_peaks import DevicePeaks
+from batchtop.core_engine.measure.telemetry import TelemetrySample
+from batchtop.tui.frame import DashboardFrame
+from batchtop.tui.widgets.panel import Panel
+from batchtop.tui.widgets.roofline import si
 
 GIB = 1 << 30
 

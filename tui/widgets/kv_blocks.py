@@ -10,9 +10,9 @@ from collections import Counter
 
 from rich.text import Text
 
-from core_engine.kv_cache import FREE
-from tui.frame import DashboardFrame
-from tui.widgets.panel import Panel, Runs
+from batchtop.core_engine.engine.kv_cache import FREE
+from batchtop.tui.frame import DashboardFrame
+from batchtop.tui.widgets.panel import Panel, Runs
 
 SHADES = "░▒▓█"  # 1-25%, 26-50%, 51-75%, 76-100% of a cell's blocks in use
 

@@ -7,7 +7,7 @@ from textual.app import ComposeResult
 from textual.containers import Horizontal
 from textual.widgets import Label, Sparkline
 
-from tui.frame import DashboardFrame, LiveMetrics
+from batchtop.tui.frame import DashboardFrame, LiveMetrics
 
 
 def ms(value: float | None) -> str:

@@ -11,8 +11,8 @@ from rich.style import Style
 from rich.text import Text
 from textual.widget import Widget
 
-from themes import NUM_REQUEST_COLOURS
-from tui.frame import DashboardFrame
+from batchtop.themes import NUM_REQUEST_COLOURS
+from batchtop.tui.frame import DashboardFrame
 
 
 class Runs:

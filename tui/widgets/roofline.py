@@ -11,10 +11,10 @@ import math
 
 from rich.text import Text
 
-from core_engine.device_peaks import DevicePeaks
-from core_engine.roofline import marginal_sequence_cost
-from tui.frame import DashboardFrame
-from tui.widgets.panel import Panel, Runs
+from batchtop.core_engine.measure.device_peaks import DevicePeaks
+from batchtop.core_engine.measure.roofline import marginal_sequence_cost
+from batchtop.tui.frame import DashboardFrame
+from batchtop.tui.widgets.panel import Panel, Runs
 
 
 def si(value: float, unit: str) -> str:

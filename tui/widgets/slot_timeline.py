@@ -12,12 +12,12 @@ from typing import TYPE_CHECKING
 
 from rich.text import Text
 
-from core_engine.request import Phase
-from tui.frame import DashboardFrame
-from tui.widgets.panel import Runs
+from batchtop.core_engine.engine.request import Phase
+from batchtop.tui.frame import DashboardFrame
+from batchtop.tui.widgets.panel import Runs
 
 if TYPE_CHECKING:
-    from tui.widgets.slots import SlotsPanel
+    from batchtop.tui.widgets.slots import SlotsPanel
 
 CELL = {Phase.DECODE: "█", Phase.PREFILL: "▓", Phase.PADDING: "░", Phase.IDLE: "│", Phase.EMPTY: " "}
 WASTED = (Phase.EMPTY, Phase.IDLE, Phase.PADDING)

@@ -10,11 +10,11 @@ from __future__ import annotations
 from rich.style import Style
 from rich.text import Text
 
-from core_engine.request import Phase
-from core_engine.snapshot import SlotView, StepSnapshot
-from tui.frame import DashboardFrame
-from tui.widgets.panel import Panel, Runs
-from tui.widgets.slot_timeline import render_timeline
+from batchtop.core_engine.engine.request import Phase
+from batchtop.core_engine.engine.snapshot import SlotView, StepSnapshot
+from batchtop.tui.frame import DashboardFrame
+from batchtop.tui.widgets.panel import Panel, Runs
+from batchtop.tui.widgets.slot_timeline import render_timeline
 
 GLYPH = {Phase.PREFILL: "▸", Phase.DECODE: "●", Phase.PADDING: "░", Phase.IDLE: "‖", Phase.EMPTY: "·"}
 WASTED = (Phase.EMPTY, Phase.IDLE, Phase.PADDING)

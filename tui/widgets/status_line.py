@@ -5,8 +5,8 @@ from __future__ import annotations
 from rich.text import Text
 from textual.widgets import Static
 
-from core_engine.config import EngineConfig
-from tui.frame import DashboardFrame
+from batchtop.core_engine.config import EngineConfig
+from batchtop.tui.frame import DashboardFrame
 
 STATE_LABEL = {"running": "● running", "paused": "‖ paused", "finished": "■ finished", "error": "✖ engine stopped",
                "replay": "▶ replay"}

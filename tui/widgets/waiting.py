@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from rich.text import Text
 
-from core_engine.request import Phase
-from core_engine.snapshot import StepSnapshot
-from tui.frame import DashboardFrame
-from tui.widgets.panel import Panel, Runs
+from batchtop.core_engine.engine.request import Phase
+from batchtop.core_engine.engine.snapshot import StepSnapshot
+from batchtop.tui.frame import DashboardFrame
+from batchtop.tui.widgets.panel import Panel, Runs
 
 
 def head_blocker(snap: StepSnapshot, block_size: int, width: int) -> str | None:

@@ -1,0 +1,248 @@
+"""The engine: one step() = drain controls -> admit arrivals -> schedule -> forward -> postprocess.
+
+Thread model: one thread owns the engine and calls step(); any thread may call submit() and read
+`latest` (a frozen StepSnapshot swapped in by reference after every step).
+"""
+
+from __future__ import annotations
+
+import queue
+import time
+from collections.abc import Callable, Iterable
+
+from batchtop.core_engine.engine import control
+from batchtop.core_engine.config import MODES, EngineConfig
+from batchtop.core_engine.engine.arrivals import ArrivalQueue
+from batchtop.core_engine.engine.validation import validate_max_num_seqs, validate_request
+from batchtop.core_engine.errors import InvalidRequest
+from batchtop.core_engine.engine.kv_cache import BlockAllocator, BlockManager
+from batchtop.core_engine.engine.request import FinishReason, Request, Sequence
+from batchtop.core_engine.measure.roofline import Chunk, step_cost
+from batchtop.core_engine.engine.runner import ModelRunner
+from batchtop.core_engine.engine.scheduler import Scheduler, SchedulerOutput, make_policy
+from batchtop.core_engine.engine.snapshot import Counters, FinishedRequest, StepCost, StepSnapshot, WaitingView
+from batchtop.core_engine.engine.snapshot_builder import build_snapshot, slot_occupants
+
+class Engine:
+    def __init__(self, config: EngineConfig, runner: ModelRunner | None = None,
+                 clock: Callable[[], float] = time.perf_counter) -> None:
+        self.config = config
+        self.runner = runner if runner is not None else ModelRunner(config)
+        self.allocator = BlockAllocator(config.num_kv_blocks, config.block_size)
+        self.block_manager = BlockManager(self.allocator)
+        self.scheduler = Scheduler(self.block_manager, make_policy(config.mode), config.max_num_seqs,
+                                   config.max_num_batched_tokens)
+        self._clock = clock
+        self._controls: queue.SimpleQueue[control.Command] = queue.SimpleQueue()
+        self._workload: tuple[Request, ...] = ()
+        self.latest: StepSnapshot | None = None
+        self._start_run()
+
+    # -- run state ------------------------------------------------------------------------------
+    def _start_run(self) -> None:
+        self._t0: float | None = None  # the run's clock starts at its first step, not when it was built
+        self._arrivals = ArrivalQueue()
+        self._next_index = 0
+        self._known_ids: set[str] = set()
+        self._live: dict[str, Sequence] = {}
+        self.counters = Counters()
+        self.step_rejections: list[tuple[str, str]] = []  # events since the last snapshot, taken by it
+        self.step_arrivals: list[WaitingView] = []
+        self.step_controls: list[tuple[str, object]] = []
+        self._arrivals.push(self._workload, 0.0)
+
+    def now(self) -> float:
+        return 0.0 if self._t0 is None else self._clock() - self._t0
+
+    @property
+    def mode(self) -> str:
+        return self.scheduler.policy.name
+
+    @property
+    def max_num_seqs(self) -> int:
+        return self.scheduler.max_num_seqs
+
+    def load_workload(self, requests: Iterable[Request]) -> None:
+        """Requests arrive at their arrival_s; Reset replays the same list from the start."""
+        requests = tuple(requests)
+        self._workload += requests
+        self._arrivals.push(requests, 0.0)
+
+    # -- requests -------------------------------------------------------------------------------
+    def add_request(self, request: Request, arrival_s: float | None = None) -> Sequence:
+        """Queue a request now; raises InvalidRequest (bad) or UnservableRequest (can never fit)."""
+        validate_request(request, self.config, self._known_ids)
+        seq = Sequence(request, self._next_index, self.now() if arrival_s is None else arrival_s)
+        self._next_index += 1
+        self._known_ids.add(request.id)
+        self._live[request.id] = seq
+        self._count(submitted=1)
+        self.scheduler.add(seq)
+        self.step_arrivals.append(WaitingView(request.id, seq.index, request.prompt_len, request.max_tokens,
+                                              seq.arrival_s, 0))
+        return seq
+
+    def _admit_arrivals(self) -> None:
+        for arrival, request in self._arrivals.pop_due(self.now()):
+            try:
+                self.add_request(request, arrival_s=arrival)
+            except InvalidRequest as exc:  # refused alone; everyone else is still served
+                self._known_ids.add(request.id)
+                self._count(submitted=1, rejected=1)
+                self.step_rejections.append((request.id, str(exc)))
+
+    def _count(self, **deltas: int) -> None:
+        c = self.counters
+        self.counters = Counters(**{k: getattr(c, k) + deltas.get(k, 0) for k in Counters.__slots__})
+
+    # -- control --------------------------------------------------------------------------------
+    def submit(self, command: control.Command) -> None:
+        """Thread-safe; validated here so a bad command fails in the caller, not in the engine."""
+        if isinstance(command, control.SetMode) and command.mode not in MODES:
+            raise ValueError(f"mode must be one of {', '.join(MODES)}, got {command.mode!r}")
+        if isinstance(command, control.SetMaxNumSeqs):
+            validate_max_num_seqs(command.value)
+        self._controls.put(command)
+
+    def apply_pending(self) -> bool:
+        """Apply every queued command now (the step does this first); True if there were any."""
+        applied = False
+        while True:
+            try:
+                cmd = self._controls.get_nowait()
+            except queue.Empty:
+                return applied
+            self.apply(cmd)
+            applied = True
+
+    def apply(self, cmd: control.Command) -> None:
+        if isinstance(cmd, control.SetMode):
+            if cmd.mode != self.mode:
+                self.scheduler.policy = make_policy(cmd.mode)
+            self.step_controls.append(("mode", cmd.mode))
+        elif isinstance(cmd, control.SetMaxNumSeqs):
+            self.scheduler.max_num_seqs = validate_max_num_seqs(cmd.value)
+            self.step_controls.append(("max_num_seqs", cmd.value))
+        elif isinstance(cmd, control.AddRequests):
+            self._arrivals.push(cmd.requests, self.now())
+            self.step_controls.append(("burst", len(cmd.requests)))
+        elif isinstance(cmd, control.Abort):
+            seq = self.scheduler.abort(cmd.request_id)
+            if seq is not None:
+                self._live.pop(seq.id, None)
+                self.runner.sampler.forget(seq)
+            self.step_controls.append(("abort", cmd.request_id))
+        elif isinstance(cmd, control.Reset):
+            self.reset()
+            self.step_controls.append(("reset", None))
+
+    def reset(self) -> None:
+        self.scheduler.reset()
+        self.allocator.reset()
+        self.runner.sampler.reset()
+        self.latest = None
+        self._start_run()
+
+    # -- the step -------------------------------------------------------------------------------
+    def is_done(self) -> bool:
+        return not self._arrivals and not self.scheduler.has_unfinished() and self._controls.empty()
+
+    def seconds_until_next_arrival(self) -> float | None:
+        arrival = self._arrivals.next_arrival()
+        return None if arrival is None else max(0.0, arrival - self.now())
+
+    def step(self) -> StepSnapshot:
+        """Run one forward step. When there is nothing to run (idle until the next arrival) the
+        snapshot is a view between steps: `is_step` is False and it carries only what changed."""
+        t_start = self._clock()
+        if self._t0 is None:
+            self._t0 = t_start
+        self.apply_pending()
+        self._admit_arrivals()
+        plan = self.scheduler.schedule()
+        t_sched = self._clock()
+        if plan.is_empty:
+            if self.scheduler.has_unfinished():  # a bug, never a state to wait in: fail loudly, not hang
+                raise RuntimeError(f"scheduler made no progress with {len(self.scheduler.waiting)} waiting "
+                                   f"and {len(self.scheduler.running)} running")
+            return self.snapshot()
+        assert plan.num_tokens <= self.scheduler.max_num_batched_tokens, "token budget overrun"
+        batch = self.runner.prepare(plan)
+        # the runner decides which rows reach the lm_head (sampled rows, static padding rows)
+        cost = step_cost(self.config.model, self.config.dtype, plan_chunks(plan),
+                         num_logit_rows=len(batch.logits_rows))
+        t_prep = self._clock()
+        sampled = self.runner.run(batch)
+        t_fwd = self._clock()
+        occupants = slot_occupants(self.scheduler.running, plan)
+        num_prefill = sum(n for seq, n in plan.scheduled if seq.is_prefill)
+        finished = self._postprocess(plan, sampled)
+        t_end = self._clock()
+        snap = build_snapshot(
+            self, plan, finished, step=self.counters.steps, t=t_end - self._t0,
+            times=(t_end - t_start, t_sched - t_start, t_prep - t_sched, t_fwd - t_prep),
+            cost=cost, occupants=occupants, num_prefill_tokens=num_prefill)
+        self.latest = snap
+        return snap
+
+    def _postprocess(self, plan: SchedulerOutput, sampled: list[tuple[Sequence, int]]) -> list[FinishedRequest]:
+        now = self.now()
+        num_prompt = sum(s.prompt_len for s in plan.admitted if s.num_preemptions == 0)
+        for seq, n in plan.scheduled:
+            seq.num_computed_tokens += n
+        finished: list[FinishedRequest] = []
+        for seq, token in sampled:
+            seq.token_ids.append(token)
+            if seq.first_token_s is None:
+                seq.first_token_s = now
+            reason = self._stop_reason(seq, token)
+            if reason is not None:
+                seq.finish_s = now
+                self.scheduler.finish(seq, reason)
+                self._live.pop(seq.id, None)
+                self.runner.sampler.forget(seq)
+                finished.append(_finished_record(seq))
+        self.scheduler.end_step()
+        self._count(steps=1, completed=len(finished), preemptions=len(plan.preempted),
+                    prompt_tokens=num_prompt, generated_tokens=len(sampled),
+                    computed_tokens=plan.num_tokens)
+        return finished
+
+    @staticmethod
+    def _stop_reason(seq: Sequence, token: int) -> FinishReason | None:
+        if seq.num_output_tokens >= seq.max_tokens:
+            return FinishReason.LENGTH
+        params = seq.request.sampling
+        if not params.ignore_eos and params.eos_token_id is not None and token == params.eos_token_id:
+            return FinishReason.STOP
+        return None
+
+    def snapshot(self) -> StepSnapshot:
+        """A view of the current state between steps (after a control change, while idle)."""
+        snap = build_snapshot(self, SchedulerOutput(), [], step=0, t=self.now(), times=(0.0,) * 4,
+                              cost=StepCost(), occupants=slot_occupants(self.scheduler.running, None))
+        self.latest = snap
+        return snap
+
+    def take_events(self) -> tuple[tuple, tuple, tuple]:
+        """Arrivals, rejections and applied controls since the last snapshot; the snapshot owns them now."""
+        events = tuple(self.step_arrivals), tuple(self.step_rejections), tuple(self.step_controls)
+        self.step_arrivals, self.step_rejections, self.step_controls = [], [], []
+        return events
+
+    @property
+    def num_pending_arrivals(self) -> int:
+        return len(self._arrivals)
+
+
+def plan_chunks(plan: SchedulerOutput) -> list[Chunk]:
+    """The plan as runs of query tokens, for the FLOP/byte accounting (before postprocess)."""
+    chunks = [Chunk(seq.num_computed_tokens, n) for seq, n in plan.scheduled]
+    chunks += [Chunk(seq.num_computed_tokens, 1, keys_offset=0) for seq in plan.padding]
+    return chunks
+
+
+def _finished_record(seq: Sequence) -> FinishedRequest:
+    return FinishedRequest(seq.id, seq.index, seq.prompt_len, seq.num_output_tokens, seq.arrival_s,
+                           seq.first_token_s, seq.finish_s, seq.num_preemptions,
+                           seq.finish_reason.value, tuple(seq.token_ids[seq.prompt_len:]))

@@ -1,0 +1,140 @@
+"""Frozen per-step views: what the panels draw, the recorder writes and the metrics fold over.
+
+A snapshot is built once per step by the engine thread and handed over by swapping one reference;
+nothing in it is shared with the engine's mutable state.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from batchtop.core_engine.engine.request import Phase
+
+WAITING_VIEW_LIMIT = 64  # the queue panel never shows more; the full length travels as num_waiting
+
+
+@dataclass(frozen=True, slots=True)
+class SlotView:
+    slot: int
+    phase: Phase
+    request_id: str | None = None
+    index: int = -1  # the request's stable number (colour key); -1 for an empty slot
+    prompt_len: int = 0
+    num_computed: int = 0  # tokens with K/V in the cache
+    num_generated: int = 0
+    max_tokens: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class WaitingView:
+    request_id: str
+    index: int
+    prompt_len: int
+    max_tokens: int
+    arrival_s: float
+    num_preemptions: int
+
+
+@dataclass(frozen=True, slots=True)
+class FinishedRequest:
+    request_id: str
+    index: int
+    prompt_len: int
+    num_generated: int
+    arrival_s: float
+    first_token_s: float | None
+    finish_s: float
+    num_preemptions: int
+    finish_reason: str
+    output_token_ids: tuple[int, ...] = ()
+
+    @property
+    def ttft_s(self) -> float | None:
+        return None if self.first_token_s is None else self.first_token_s - self.arrival_s
+
+    @property
+    def tpot_s(self) -> float | None:
+        if self.first_token_s is None or self.num_generated < 2:
+            return None
+        return (self.finish_s - self.first_token_s) / (self.num_generated - 1)
+
+    @property
+    def e2e_s(self) -> float:
+        return self.finish_s - self.arrival_s
+
+
+@dataclass(frozen=True, slots=True)
+class Counters:
+    """Running totals since the start (or the last reset) of the run."""
+
+    submitted: int = 0
+    rejected: int = 0
+    completed: int = 0
+    preemptions: int = 0
+    steps: int = 0
+    prompt_tokens: int = 0  # prompt tokens of admitted requests, counted once each
+    generated_tokens: int = 0
+    computed_tokens: int = 0  # every token the model processed: padding and recomputation included
+
+
+@dataclass(frozen=True, slots=True)
+class StepCost:
+    """Analytic work of one step (see core_engine.measure.roofline)."""
+
+    flops: float = 0.0
+    bytes: float = 0.0
+    weight_flops: float = 0.0
+    attn_flops: float = 0.0
+    weight_bytes: float = 0.0
+    kv_bytes: float = 0.0
+
+    @property
+    def intensity(self) -> float:
+        return self.flops / self.bytes if self.bytes else 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class StepSnapshot:
+    step: int  # 1-based index of the forward step; 0 for a view taken between steps
+    t: float  # seconds since the run started, at the end of this step
+    mode: str
+    max_num_seqs: int
+    max_num_batched_tokens: int
+    step_time_s: float  # whole step: schedule + prepare + forward/sample + postprocess
+    schedule_s: float
+    prepare_s: float
+    forward_s: float
+    num_prefill_tokens: int
+    num_decode_tokens: int
+    num_padding_tokens: int
+    num_seqs: int  # rows in this step's forward (padding rows included)
+    slots: tuple[SlotView, ...]
+    block_owners: tuple[int, ...]  # owning request index per KV block, -1 when free
+    num_free_blocks: int
+    waiting: tuple[WaitingView, ...]  # the head of the queue, at most WAITING_VIEW_LIMIT
+    num_waiting: int
+    num_pending_arrivals: int  # requests of the workload whose arrival time has not come yet
+    finished: tuple[FinishedRequest, ...]  # finished during this step
+    admitted: tuple[str, ...]
+    preempted: tuple[str, ...]
+    rejected: tuple[tuple[str, str], ...]  # (request id, reason) refused during this step
+    counters: Counters
+    arrived: tuple[WaitingView, ...] = ()  # requests that joined the queue since the last snapshot
+    controls: tuple[tuple[str, object], ...] = ()  # commands applied since the last snapshot
+    cost: StepCost = StepCost()
+
+    @property
+    def num_tokens(self) -> int:
+        return self.num_prefill_tokens + self.num_decode_tokens + self.num_padding_tokens
+
+    @property
+    def num_blocks(self) -> int:
+        return len(self.block_owners)
+
+    @property
+    def num_used_blocks(self) -> int:
+        return len(self.block_owners) - self.num_free_blocks
+
+    @property
+    def is_step(self) -> bool:
+        return self.step > 0

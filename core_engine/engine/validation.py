@@ -1,0 +1,42 @@
+"""What the engine refuses at submit time, and why, before a request can touch the scheduler."""
+
+from __future__ import annotations
+
+import math
+
+from batchtop.core_engine.config import EngineConfig
+from batchtop.core_engine.engine.kv_cache import cdiv
+from batchtop.core_engine.engine.request import Request
+from batchtop.core_engine.errors import InvalidRequest, UnservableRequest
+
+MAX_NUM_SEQS_LIMIT = 4096
+
+
+def validate_max_num_seqs(value: object) -> int:
+    if not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= MAX_NUM_SEQS_LIMIT:
+        raise ValueError(f"max_num_seqs must be an integer in 1..{MAX_NUM_SEQS_LIMIT}, got {value!r}")
+    return value
+
+
+def validate_request(r: Request, config: EngineConfig, known_ids: set[str]) -> None:
+    """Raises InvalidRequest (bad) or UnservableRequest (can never fit); the engine stays up either way."""
+    if r.id in known_ids:
+        raise InvalidRequest(f"request {r.id!r}: duplicate id")
+    if not r.prompt_token_ids:
+        raise InvalidRequest(f"request {r.id!r}: empty prompt")
+    vocab = config.model.vocab_size
+    if any(not 0 <= t < vocab for t in r.prompt_token_ids):
+        raise InvalidRequest(f"request {r.id!r}: token id outside the vocabulary [0, {vocab})")
+    if r.max_tokens < 1:
+        raise InvalidRequest(f"request {r.id!r}: max_tokens must be >= 1, got {r.max_tokens}")
+    if not (math.isfinite(r.sampling.temperature) and r.sampling.temperature >= 0 and 0 < r.sampling.top_p <= 1):
+        raise InvalidRequest(f"request {r.id!r}: temperature must be >= 0 and top_p in (0, 1]")
+    total = r.prompt_len + r.max_tokens
+    if total > config.max_model_len:
+        raise UnservableRequest(f"request {r.id!r}: prompt {r.prompt_len} + max_tokens {r.max_tokens}"
+                                f" = {total} exceeds max_model_len {config.max_model_len}")
+    need = cdiv(total - 1, config.block_size)  # the last sampled token never needs a KV slot
+    if need > config.num_kv_blocks:
+        raise UnservableRequest(
+            f"request {r.id!r}: prompt {r.prompt_len} + max_tokens {r.max_tokens} needs {need} KV "
+            f"blocks of {config.block_size} tokens, the pool has {config.num_kv_blocks}")

@@ -1,0 +1,134 @@
+"""The device's roofs: peak FLOP/s in the model dtype and peak memory bandwidth.
+
+On CUDA they come from a datasheet table keyed by the NVML/torch device name (dense bf16 tensor-core
+FLOP/s, HBM/GDDR bandwidth). On a CPU, and on a GPU the table does not know, they are measured once
+with a short microbenchmark (a large copy and a square GEMM) and cached on disk per machine.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import torch
+
+from batchtop.core_engine.device import DTYPES, device_name
+
+T, G = 1e12, 1e9
+
+# name fragment -> (dense bf16 FLOP/s, bytes/s); most specific fragments first.
+DATASHEET: tuple[tuple[str, float, float], ...] = (
+    ("H200", 989 * T, 4800 * G),
+    ("H100 NVL", 835 * T, 3900 * G),
+    ("H100 PCIe", 756 * T, 2000 * G),
+    ("H100", 989 * T, 3350 * G),  # SXM
+    ("A100-SXM4-80GB", 312 * T, 2039 * G),
+    ("A100 80GB PCIe", 312 * T, 1935 * G),
+    ("A100-PCIE-40GB", 312 * T, 1555 * G),
+    ("A100-SXM4-40GB", 312 * T, 1555 * G),
+    ("A100", 312 * T, 1555 * G),
+    ("L40S", 362 * T, 864 * G),
+    ("L4", 121 * T, 300 * G),
+    ("A10G", 125 * T, 600 * G),  # A10 datasheet figures
+    ("RTX 4090", 165 * T, 1008 * G),  # bf16 with fp32 accumulate
+    ("RTX 3090", 71 * T, 936 * G),
+)
+
+
+@dataclass(frozen=True, slots=True)
+class DevicePeaks:
+    device_name: str
+    peak_flops: float
+    peak_bytes_per_s: float
+    source: str  # "datasheet:<entry>" or "measured:<how>"
+
+    @property
+    def ridge_flop_per_byte(self) -> float:
+        """Arithmetic intensity where the memory roof meets the compute roof."""
+        return self.peak_flops / self.peak_bytes_per_s
+
+    def roof(self, intensity: float) -> float:
+        """Attainable FLOP/s at this arithmetic intensity."""
+        return min(self.peak_flops, self.peak_bytes_per_s * intensity)
+
+    def as_dict(self) -> dict:
+        return {**asdict(self), "ridge_flop_per_byte": self.ridge_flop_per_byte}
+
+
+def datasheet_peaks(name: str) -> DevicePeaks | None:
+    for fragment, flops, bandwidth in DATASHEET:
+        if fragment.lower() in name.lower():
+            return DevicePeaks(name, flops, bandwidth, f"datasheet:{fragment}")
+    return None
+
+
+def _median_time(fn, device: str, repeats: int) -> float:
+    times = []
+    for _ in range(repeats):
+        if device == "cuda":
+            torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        fn()
+        if device == "cuda":
+            torch.cuda.synchronize()
+        times.append(time.perf_counter() - t0)
+    return sorted(times)[len(times) // 2]
+
+
+def measure_peaks(device: str, dtype: str, copy_mib: int = 256, gemm_n: int = 2048) -> DevicePeaks:
+    """STREAM-style copy bandwidth (bytes read + written) and square-GEMM FLOP/s in the model dtype."""
+    src = torch.ones(copy_mib * (1 << 20) // 4, dtype=torch.float32, device=device)
+    dst = torch.empty_like(src)
+    copy_s = _median_time(lambda: dst.copy_(src), device, 7)
+    bandwidth = 2 * src.numel() * 4 / copy_s
+    del src, dst
+    a = torch.randn(gemm_n, gemm_n, device=device).to(DTYPES[dtype])
+    b = torch.randn(gemm_n, gemm_n, device=device).to(DTYPES[dtype])
+    gemm_s = _median_time(lambda: a @ b, device, 5)
+    flops = 2 * gemm_n ** 3 / gemm_s
+    return DevicePeaks(device_name(device), flops, bandwidth,
+                       f"measured:copy {copy_mib} MiB + {dtype} GEMM {gemm_n}^3")
+
+
+def cache_dir() -> Path:
+    root = os.environ.get("BATCHTOP_CACHE_DIR") or os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    return Path(root) / "batchtop"
+
+
+def _cache_key(device: str, dtype: str) -> str:
+    ident = f"{device_name(device)}|{device}|{dtype}|{torch.__version__}|{torch.get_num_threads()}"
+    return hashlib.sha1(ident.encode()).hexdigest()[:16]
+
+
+def device_peaks(device: str, dtype: str, *, use_cache: bool = True) -> DevicePeaks:
+    """The roofs for this device: datasheet where known, else measured once and cached."""
+    if device == "cuda":
+        known = datasheet_peaks(device_name(device))
+        if known is not None:
+            return known
+    path = cache_dir() / f"peaks-{_cache_key(device, dtype)}.json"
+    if use_cache and path.is_file():
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+            return DevicePeaks(data["device_name"], data["peak_flops"], data["peak_bytes_per_s"],
+                               data["source"] + " (cached)")
+        except (OSError, ValueError, KeyError):
+            pass  # a broken cache is measured again
+    peaks = measure_peaks(device, dtype)
+    if use_cache:
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(json.dumps(asdict(peaks)), encoding="utf-8")
+        except OSError:
+            pass  # a read-only home still gets the peaks, just not cached
+    return peaks
+
+
+def peaks_from_dict(data: dict | None) -> DevicePeaks | None:
+    if not data:
+        return None
+    return DevicePeaks(data["device_name"], data["peak_flops"], data["peak_bytes_per_s"], data["source"])

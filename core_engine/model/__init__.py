@@ -1,0 +1,1 @@
+"""The network: a Llama-family decoder and its packed linear layers."""

@@ -1,0 +1,213 @@
+"""A Llama-family decoder (RMSNorm, RoPE, GQA, SwiGLU) over a flat, paged token batch.
+
+Parameter names and math match Hugging Face's LlamaForCausalLM, so its state_dict loads both ways.
+The forward takes every scheduled token of every sequence as one flat batch of T tokens (no padding),
+and attends through the paged KV pool that the runner owns and describes in an AttentionBatch.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from batchtop.core_engine.config import ModelConfig
+from batchtop.core_engine.model.packed_linear import PackedLinear
+from batchtop.gpu_kernels import gather_kv, paged_decode_attention, prefill_attention, store_kv
+
+
+@dataclass(slots=True)
+class PrefillChunk:
+    token_start: int  # first row of this chunk in the flat batch
+    num_tokens: int
+    context_start: int  # position of the chunk's first token in its sequence
+    block_table: torch.Tensor  # (num_blocks,) long
+
+
+@dataclass(slots=True)
+class AttentionBatch:
+    """Where each token's K/V goes and what each query may attend to, for one step."""
+
+    kv_caches: list[tuple[torch.Tensor, torch.Tensor]]  # per layer: (num_blocks, block_size, kvh, hd) x2
+    slot_mapping: torch.Tensor  # (T,) flat slot of each token's K/V
+    num_decode_rows: int  # rows [0, num_decode_rows) each hold one token of a different sequence
+    decode_block_tables: torch.Tensor | None  # (num_decode_rows, max_blocks)
+    decode_context_lens: torch.Tensor | None  # (num_decode_rows,)
+    prefills: list[PrefillChunk]
+
+
+class RMSNorm(nn.Module):
+    def __init__(self, hidden_size: int, eps: float) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(hidden_size))
+        self.variance_epsilon = eps
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        # HF's math (normalise in fp32, scale) as one fused kernel; it rounds to the model dtype once
+        # at the end where HF rounds before the scale too, which differs only in the last bf16 bit.
+        return F.rms_norm(x, (x.shape[-1],), self.weight, self.variance_epsilon)
+
+
+def rope_cos_sin(positions: torch.Tensor, head_dim: int, theta: float,
+                 dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+    """cos/sin tables (T, head_dim) for the given positions, computed in fp32 as HF does."""
+    inv_freq = 1.0 / (theta ** (torch.arange(0, head_dim, 2, device=positions.device,
+                                             dtype=torch.float32) / head_dim))
+    freqs = positions.float()[:, None] * inv_freq[None, :]
+    emb = torch.cat((freqs, freqs), dim=-1)
+    return emb.cos().to(dtype), emb.sin().to(dtype)
+
+
+def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """x: (T, heads, hd); cos/sin: (T, hd)."""
+    half = x.shape[-1] // 2
+    rotated = torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+    return x * cos[:, None, :] + rotated * sin[:, None, :]
+
+
+def split_fused(fused: str, parts: tuple[tuple[str, int], ...]):
+    """State-dict hooks that store one fused projection under Hugging Face's separate names.
+
+    One GEMM over [q; k; v] (and [gate; up]) streams the weights in one pass, which is measurably
+    faster for small-batch decode on CPU; the hooks keep state_dict() and load_state_dict() in HF form.
+    """
+    def save(module, state_dict, prefix, local_metadata):
+        weight = state_dict.pop(prefix + fused + ".weight")
+        for (name, _), piece in zip(parts, weight.split([n for _, n in parts])):
+            state_dict[prefix + name + ".weight"] = piece
+
+    def load(module, state_dict, prefix, *args):
+        names = [prefix + name + ".weight" for name, _ in parts]
+        if all(n in state_dict for n in names):
+            state_dict[prefix + fused + ".weight"] = torch.cat([state_dict.pop(n) for n in names])
+
+    return save, load
+
+
+class Attention(nn.Module):
+    def __init__(self, config: ModelConfig, layer_idx: int) -> None:
+        super().__init__()
+        self.layer_idx = layer_idx
+        self.num_heads = config.num_attention_heads
+        self.num_kv_heads = config.num_key_value_heads
+        self.head_dim = config.head_dim
+        self.scale = self.head_dim ** -0.5
+        h = config.hidden_size
+        self.q_size, self.kv_size = self.num_heads * self.head_dim, config.kv_dim
+        self.qkv_proj = PackedLinear(h, self.q_size + 2 * self.kv_size, bias=False)  # HF: q_proj, k_proj, v_proj
+        self.o_proj = PackedLinear(self.q_size, h, bias=False)
+        save, load = split_fused("qkv_proj", (("q_proj", self.q_size), ("k_proj", self.kv_size),
+                                                   ("v_proj", self.kv_size)))
+        self._register_state_dict_hook(save)
+        self.register_load_state_dict_pre_hook(load)
+
+    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
+                batch: AttentionBatch) -> torch.Tensor:
+        t = x.shape[0]
+        qkv = self.qkv_proj(x)
+        # q and k heads sit side by side in qkv: rotate them in one pass
+        qk = apply_rope(qkv[:, :self.q_size + self.kv_size].view(t, self.num_heads + self.num_kv_heads,
+                                                                 self.head_dim), cos, sin)
+        q, k = qk[:, :self.num_heads], qk[:, self.num_heads:]  # (T, nh, hd), (T, kvh, hd)
+        v = qkv[:, self.q_size + self.kv_size:].view(t, self.num_kv_heads, self.head_dim)
+        k_cache, v_cache = batch.kv_caches[self.layer_idx]
+        store_kv(k, v, k_cache, v_cache, batch.slot_mapping)
+
+        d = batch.num_decode_rows
+        if d == t:  # a pure decode step: no prefill rows to interleave, no copy into a shared buffer
+            out = paged_decode_attention(q, k_cache, v_cache, batch.decode_block_tables,
+                                         batch.decode_context_lens, self.scale)
+            return self.o_proj(out.reshape(t, self.q_size))
+        out = torch.empty_like(q)
+        if d:
+            out[:d] = paged_decode_attention(q[:d], k_cache, v_cache, batch.decode_block_tables,
+                                             batch.decode_context_lens, self.scale)
+        for chunk in batch.prefills:
+            rows = slice(chunk.token_start, chunk.token_start + chunk.num_tokens)
+            if chunk.context_start == 0:  # nothing cached before this chunk: use the fresh K/V
+                ck, cv = k[rows], v[rows]
+            else:
+                ck, cv = gather_kv(k_cache, v_cache, chunk.block_table,
+                                   chunk.context_start + chunk.num_tokens)
+            out[rows] = prefill_attention(q[rows], ck, cv, chunk.context_start, self.scale)
+        return self.o_proj(out.view(t, self.q_size))
+
+
+class MLP(nn.Module):
+    def __init__(self, config: ModelConfig) -> None:
+        super().__init__()
+        i = config.intermediate_size
+        self.gate_up_proj = PackedLinear(config.hidden_size, 2 * i, bias=False)  # HF: gate_proj, up_proj
+        self.down_proj = PackedLinear(i, config.hidden_size, bias=False)
+        save, load = split_fused("gate_up_proj", (("gate_proj", i), ("up_proj", i)))
+        self._register_state_dict_hook(save)
+        self.register_load_state_dict_pre_hook(load)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        gate, up = self.gate_up_proj(x).chunk(2, dim=-1)
+        return self.down_proj(F.silu(gate) * up)
+
+
+class DecoderLayer(nn.Module):
+    def __init__(self, config: ModelConfig, layer_idx: int) -> None:
+        super().__init__()
+        self.self_attn = Attention(config, layer_idx)
+        self.mlp = MLP(config)
+        self.input_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
+        self.post_attention_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
+
+    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
+                batch: AttentionBatch) -> torch.Tensor:
+        x = x + self.self_attn(self.input_layernorm(x), cos, sin, batch)
+        return x + self.mlp(self.post_attention_layernorm(x))
+
+
+class LlamaBody(nn.Module):
+    def __init__(self, config: ModelConfig) -> None:
+        super().__init__()
+        self.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size)
+        self.layers = nn.ModuleList(DecoderLayer(config, i) for i in range(config.num_hidden_layers))
+        self.norm = RMSNorm(config.hidden_size, config.rms_norm_eps)
+
+
+class LlamaForCausalLM(nn.Module):
+    """Same module tree as transformers.LlamaForCausalLM: `model.*` plus an untied `lm_head`."""
+
+    def __init__(self, config: ModelConfig) -> None:
+        super().__init__()
+        self.config = config
+        self.model = LlamaBody(config)
+        self.lm_head = PackedLinear(config.hidden_size, config.vocab_size, bias=False)
+
+    @torch.inference_mode()
+    def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, batch: AttentionBatch,
+                logits_rows: torch.Tensor) -> torch.Tensor:
+        """input_ids/positions: (T,); logits_rows: rows whose next token is sampled. -> (S, vocab)."""
+        x = self.model.embed_tokens(input_ids)  # (T, H)
+        cos, sin = rope_cos_sin(positions, self.config.head_dim, self.config.rope_theta, x.dtype)
+        for layer in self.model.layers:
+            x = layer(x, cos, sin, batch)
+        x = self.model.norm(x[logits_rows])  # only the rows we sample from reach the lm_head
+        return self.lm_head(x)  # model dtype: greedy argmax needs no fp32 copy
+
+
+def init_weights(model: LlamaForCausalLM, seed: int, std: float = 0.02) -> None:
+    """Deterministic random weights with HF's initializer_range; drawn on the weights' device."""
+    device = next(model.parameters()).device
+    gen = torch.Generator(device=device).manual_seed(seed)
+    with torch.no_grad():
+        for name, param in model.named_parameters():
+            if name.endswith("norm.weight"):
+                param.fill_(1.0)
+            else:
+                param.copy_(torch.randn(param.shape, generator=gen, device=device) * std)
+
+
+def build_model(config: ModelConfig, device: str, dtype: torch.dtype, seed: int) -> LlamaForCausalLM:
+    with torch.device("meta"):
+        model = LlamaForCausalLM(config)
+    model = model.to(dtype).to_empty(device=device)
+    init_weights(model, seed)
+    return model.eval()

@@ -1,0 +1,98 @@
+"""Turns user options (with 'auto' and unset values) into a resolved EngineConfig and WorkloadSpec.
+
+Defaults differ by device because the hardware does: a 2-core CPU runs a ~155M-parameter model at
+tens of milliseconds per step, a large GPU runs an 8B model at a few.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from batchtop.core_engine.config import EngineConfig, ModelConfig, preset
+from batchtop.core_engine.device import DTYPES, resolve_device, resolve_dtype
+from batchtop.core_engine.errors import ConfigError
+from batchtop.core_engine.session.workload import WorkloadSpec
+
+GIB = 1 << 30
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceDefaults:
+    model: str
+    max_num_seqs: int
+    max_num_batched_tokens: int
+    num_kv_blocks: int | None  # None: size the pool from GPU memory
+    prompt_scale: float  # the bundled trace is GPU-sized: a CPU plays it scaled down
+    output_scale: float
+    time_scale: float
+
+
+def device_defaults(device: str) -> DeviceDefaults:
+    if device == "cuda":
+        big = torch.cuda.get_device_properties(0).total_memory >= 40 * GIB
+        return DeviceDefaults("gpu-8b" if big else "gpu-1b", 128, 2048, None, 1.0, 1.0, 1.0)
+    # Prompts shrink more than outputs so decode (where batching pays) dominates the CPU's time,
+    # and arrivals slow down so continuous batching keeps up while static batching falls behind.
+    return DeviceDefaults("cpu-demo", 16, 256, 512, 1 / 16, 1 / 4, 1.0)
+
+
+def kv_blocks_for_memory(model: ModelConfig, dtype: str, block_size: int, fraction: float) -> int:
+    """Blocks that fit in `fraction` of GPU memory after the weights and a working reserve."""
+    if not 0 < fraction <= 1:
+        raise ConfigError("--gpu-memory-utilization", f"must be in (0, 1], got {fraction}")
+    elem = DTYPES[dtype].itemsize
+    total = torch.cuda.get_device_properties(0).total_memory
+    weights = model.num_params() * elem
+    reserve = 2 * GIB + 8 * model.vocab_size * 4 * 2048  # activations and fp32 logits of a full step
+    per_block = 2 * model.num_hidden_layers * block_size * model.kv_dim * elem
+    blocks = int((total * fraction - weights - reserve) // per_block)
+    if blocks < 1:
+        raise ConfigError("--gpu-memory-utilization", f"{fraction} of {total / GIB:.0f} GiB leaves no room "
+                                                      f"for KV blocks after {weights / GIB:.1f} GiB of weights")
+    return blocks
+
+
+def resolve_config(*, model: str = "auto", device: str = "auto", dtype: str = "auto",
+                   mode: str = "continuous", max_num_seqs: int | None = None,
+                   max_num_batched_tokens: int | None = None, block_size: int = 16,
+                   num_kv_blocks: int | None = None, gpu_memory_utilization: float = 0.9,
+                   seed: int = 0) -> EngineConfig:
+    dev = resolve_device(device)
+    defaults = device_defaults(dev)
+    model_cfg = preset(defaults.model if model == "auto" else model)
+    dt = resolve_dtype(dtype, dev)
+    if dev == "cpu" and dt == "float16":
+        raise ConfigError("--dtype", "float16 is slow on CPU; use bfloat16 or float32")
+    if num_kv_blocks is None:
+        if defaults.num_kv_blocks is not None:
+            num_kv_blocks = defaults.num_kv_blocks
+        else:
+            if not isinstance(block_size, int) or block_size < 1:
+                raise ConfigError("--block-size", f"must be an integer >= 1, got {block_size!r}")
+            num_kv_blocks = kv_blocks_for_memory(model_cfg, dt, block_size, gpu_memory_utilization)
+    return EngineConfig(
+        model=model_cfg, device=dev, dtype=dt, mode=mode,
+        max_num_seqs=defaults.max_num_seqs if max_num_seqs is None else max_num_seqs,
+        max_num_batched_tokens=(defaults.max_num_batched_tokens if max_num_batched_tokens is None
+                                else max_num_batched_tokens),
+        block_size=block_size, num_kv_blocks=num_kv_blocks, seed=seed)
+
+
+def resolve_workload(config: EngineConfig, *, path: str | None = None, num_requests: int | None = None,
+                     length_scale: float | None = None, prompt_scale: float | None = None,
+                     output_scale: float | None = None, time_scale: float | None = None,
+                     rate: float = 0.0, prompt_mean: float = 64.0, output_mean: float = 128.0) -> WorkloadSpec:
+    """Scales left unset take the device defaults for the bundled trace, and 1.0 for anything else."""
+    bundled = path is None
+    d = device_defaults(config.device)
+    base_prompt, base_output, base_time = (d.prompt_scale, d.output_scale, d.time_scale) if bundled else (1.0, 1.0, 1.0)
+    if length_scale is not None:
+        base_prompt = base_output = length_scale
+    return WorkloadSpec(
+        path=path, num_requests=num_requests,
+        prompt_scale=base_prompt if prompt_scale is None else prompt_scale,
+        output_scale=base_output if output_scale is None else output_scale,
+        time_scale=base_time if time_scale is None else time_scale,
+        seed=config.seed, prompt_mean=prompt_mean, output_mean=output_mean, rate=rate)

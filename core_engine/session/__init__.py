@@ -1,0 +1,1 @@
+"""Sessions around the engine: workloads, scripted demos, recorded traces and the no-screen driver."""

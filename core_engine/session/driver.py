@@ -1,0 +1,71 @@
+"""The no-screen driver behind `--headless` and `compare`: run a workload to the end, fold metrics.
+
+It owns no scheduling logic: it only calls Engine.step(), waits for arrivals when idle, and lets its
+Session play a script and record a trace.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from batchtop.core_engine.engine.engine import Engine
+from batchtop.core_engine.measure.metrics import MetricsCollector
+from batchtop.core_engine.engine.request import Request
+from batchtop.core_engine.session.session import Session
+from batchtop.core_engine.engine.snapshot import StepSnapshot
+
+IDLE_POLL_S = 0.05
+
+
+@dataclass
+class RunResult:
+    collector: MetricsCollector
+    complete: bool = True
+    error: BaseException | None = None
+    interrupted: bool = False
+    stopped_by_script: bool = False
+
+    @property
+    def end_reason(self) -> str:
+        if self.error is not None:
+            return "error"
+        if self.interrupted:
+            return "interrupted"
+        return "script quit" if self.stopped_by_script else "finished"
+
+
+def drive(engine: Engine, session: Session | None = None, *,
+          on_step: Callable[[StepSnapshot], None] | None = None,
+          sleep: Callable[[float], None] = time.sleep) -> RunResult:
+    """Step until the workload is done (or the script quits); never raises for an engine error or Ctrl-C."""
+    session = session or Session(engine, [])
+    result = RunResult(MetricsCollector())
+    try:
+        while not engine.is_done():
+            session.before_step()
+            if session.quit_requested:
+                result.complete, result.stopped_by_script = False, True
+                break
+            snap = engine.step()
+            session.after_step(snap)
+            result.collector.observe(snap)
+            if on_step is not None:
+                on_step(snap)
+            if not snap.is_step:
+                wait = engine.seconds_until_next_arrival()
+                if wait:
+                    sleep(min(wait, IDLE_POLL_S))
+    except KeyboardInterrupt:
+        result.complete, result.interrupted = False, True
+    except Exception as exc:  # an engine failure: report it, keep what was measured
+        result.complete, result.error = False, exc
+    error = None if result.error is None else f"{type(result.error).__name__}: {result.error}"
+    session.close(result.end_reason, error)
+    return result
+
+
+def run_workload(engine: Engine, requests: list[Request], session: Session | None = None, **kwargs) -> RunResult:
+    engine.load_workload(requests)
+    return drive(engine, session or Session(engine, requests), **kwargs)

@@ -1,0 +1,70 @@
+"""What every driver does around engine.step(): play the demo script, inject bursts, record the trace.
+
+The headless driver and the dashboard's bridge both own one Session, so a scripted demo or a
+recording behaves the same with or without a screen.
+"""
+
+from __future__ import annotations
+
+from batchtop.core_engine.engine import control
+from batchtop.core_engine.engine.engine import Engine
+from batchtop.core_engine.engine.request import Request
+from batchtop.core_engine.session.script import ScriptPlayer
+from batchtop.core_engine.engine.snapshot import StepSnapshot
+from batchtop.core_engine.session.trace import Recorder
+from batchtop.core_engine.session.workload import make_burst
+
+
+class Session:
+    def __init__(self, engine: Engine, workload: list[Request], *, recorder: Recorder | None = None,
+                 script: ScriptPlayer | None = None) -> None:
+        self.engine = engine
+        self.workload = workload
+        self.recorder = recorder
+        self.script = script
+        self.caption: str | None = None
+        self.quit_requested = False
+        self.extra_requests = 0  # bursts injected so far (the UI adds them to the total)
+        self._bursts = 0
+
+    def burst(self, count: int) -> int:
+        """count new requests with lengths drawn from the workload, arriving now."""
+        self._bursts += 1
+        batch = make_burst(self.workload, count, seed=self.engine.config.seed + self._bursts,
+                           vocab_size=self.engine.config.model.vocab_size, tag=f"burst{self._bursts}")
+        self.extra_requests += len(batch)
+        self.engine.submit(control.AddRequests(batch))
+        return len(batch)
+
+    def before_step(self) -> None:
+        """Send the script's due actions; they apply at the start of the coming step."""
+        if self.script is None:
+            return
+        for action in self.script.due(self.engine.now()):
+            for command in action.commands():
+                self.engine.submit(command)
+            if action.burst:
+                self.burst(action.burst)
+            if action.caption is not None:
+                self.caption = action.caption
+                self.note("caption", action.caption)
+            if action.quit:
+                self.quit_requested = True
+
+    def after_step(self, snap: StepSnapshot) -> None:
+        if self.recorder is not None:
+            self.recorder.record(snap)
+
+    def note(self, name: str, value: object = None) -> None:
+        """A driver-level event for the trace: pause, resume, caption."""
+        if self.recorder is not None:
+            self.recorder.control(name, value)
+
+    def restarted(self) -> None:
+        self.extra_requests = 0
+
+    def close(self, reason: str, error: str | None = None) -> None:
+        if self.recorder is not None:
+            if error is not None:
+                self.recorder.error(error)
+            self.recorder.close(reason)

@@ -1,0 +1,1 @@
+"""One module per CLI command, plus the options and output rules they share. No Textual here."""

@@ -1,0 +1,74 @@
+"""`batchtop compare`: one workload under static then continuous batching, side by side."""
+
+from __future__ import annotations
+
+import sys
+
+from rich.console import Console
+from rich.table import Table
+
+from batchtop.core_engine.engine.engine import Engine
+from batchtop.tui.commands.headless import build_engine, exit_code, load_peaks, metrics_document, run_and_report
+from batchtop.tui.commands.options import bad_input_exits, build_setup
+from batchtop.tui.commands.output import check_writable, write_json
+
+COMPARE_SCHEMA = "batchtop.compare/1"
+
+
+def _ms(stat: dict) -> str:
+    p50, p99 = stat.get("p50"), stat.get("p99")
+    return "-" if p50 is None else f"{p50 * 1e3:.0f} / {p99 * 1e3:.0f}"
+
+
+def _pct(x: float) -> str:
+    return f"{100 * x:.1f}%"
+
+
+def compare_table(static: dict, continuous: dict, speedup: float) -> Table:
+    table = Table(title=f"static vs continuous batching — continuous is {speedup:.2f}x the throughput",
+                  title_justify="left")
+    table.add_column("metric")
+    table.add_column("static", justify="right")
+    table.add_column("continuous", justify="right")
+    rows = [
+        ("generated tok/s", lambda m: f"{m['throughput_tok_s']:.1f}"),
+        ("wall time", lambda m: f"{m['wall_time_s']:.1f} s"),
+        ("steps", lambda m: str(m["steps"])),
+        ("TTFT p50 / p99 (ms)", lambda m: _ms(m["ttft_s"])),
+        ("TPOT p50 / p99 (ms)", lambda m: _ms(m["tpot_s"])),
+        ("slot utilisation", lambda m: _pct(m["slot_utilization"])),
+        ("bubble share (idle slots while work waits)", lambda m: _pct(m["bubble_share"])),
+        ("padding share (finished rows still computed)", lambda m: _pct(m["padding_share"])),
+        ("tokens computed / generated", lambda m: f"{m['tokens']['computed']} / {m['tokens']['generated']}"),
+        ("mean batch size", lambda m: f"{m['batch_size']['mean']:.1f}"),
+        ("preemptions", lambda m: str(m["preemptions"])),
+        ("completed / rejected", lambda m: f"{m['requests']['completed']} / {m['requests']['rejected']}"),
+    ]
+    for label, fmt in rows:
+        table.add_row(label, fmt(static), fmt(continuous))
+    return table
+
+
+def run_compare(opts: dict, output: str) -> None:
+    with bad_input_exits():
+        # Closed loop by default: with arrivals spread out both policies would just keep pace.
+        setup = build_setup(opts, time_scale=0.0 if opts["time_scale"] is None else opts["time_scale"],
+                            num_requests=opts["num_requests"] or 256)
+        check_writable(output)
+    runner = build_engine(setup).runner  # one model, reused: both runs see the same weights
+    peaks = load_peaks(setup)
+    docs = {}
+    for mode in ("static", "continuous"):
+        config = setup.config.with_(mode=mode)
+        engine = Engine(config, runner=runner)
+        result = run_and_report(engine, setup, label=f"{mode:>10} ")
+        docs[mode] = metrics_document(result, setup, config.as_dict(), peaks)
+        code = exit_code(result)
+        if code:
+            write_json({"schema": COMPARE_SCHEMA, **docs, "speedup": None}, output)
+            sys.exit(code)
+    static_tps = docs["static"]["throughput_tok_s"]
+    speedup = docs["continuous"]["throughput_tok_s"] / static_tps if static_tps else float("nan")
+    write_json({"schema": COMPARE_SCHEMA, **docs, "speedup": speedup}, output)
+    Console(file=sys.stderr if output in (None, "-") else sys.stdout).print(
+        compare_table(docs["static"], docs["continuous"], speedup))

@@ -1,0 +1,88 @@
+"""`batchtop --headless`: run the workload to completion, write the metrics JSON, exit 0/1/2/130."""
+
+from __future__ import annotations
+
+import sys
+import traceback
+
+import click
+
+from batchtop.core_engine.measure.device_peaks import DevicePeaks, device_peaks
+from batchtop.core_engine.engine.engine import Engine
+from batchtop.core_engine.session.driver import RunResult, run_workload
+from batchtop.core_engine.session.session import Session
+from batchtop.core_engine.engine.snapshot import StepSnapshot
+from batchtop.tui.commands.options import (EXIT_ENGINE_FAILURE, EXIT_INTERRUPTED, Setup, bad_input_exits, build_setup,
+                         workload_info)
+from batchtop.tui.commands.output import check_writable, write_json
+from batchtop.tui.commands.progress import StderrProgress
+
+
+def note(message: str) -> None:
+    click.echo(f"batchtop: {message}", err=True)
+
+
+def build_engine(setup: Setup) -> Engine:
+    c = setup.config
+    note(f"building {c.model.name} ({c.model.num_params() / 1e6:.0f}M params, {c.dtype}) on {c.device}; "
+         f"{c.num_kv_blocks} KV blocks x {c.block_size} tokens; {len(setup.requests)} requests")
+    return Engine(c)
+
+
+def load_peaks(setup: Setup) -> DevicePeaks:
+    c = setup.config
+    peaks = device_peaks(c.device, c.dtype)
+    note(f"roofs: {peaks.peak_flops / 1e9:.0f} GFLOP/s, {peaks.peak_bytes_per_s / 1e9:.1f} GB/s ({peaks.source})")
+    return peaks
+
+
+def warn_rejections(snap: StepSnapshot) -> None:
+    for _, reason in snap.rejected:
+        note(f"warning: rejected {reason}")
+
+
+def run_and_report(engine: Engine, setup: Setup, label: str = "", session: Session | None = None) -> RunResult:
+    progress = StderrProgress(len(setup.requests), label=label)
+
+    def on_step(snap: StepSnapshot) -> None:
+        warn_rejections(snap)
+        progress.update(snap)
+
+    result = run_workload(engine, setup.requests, session, on_step=on_step)
+    progress.close()
+    return result
+
+
+def metrics_document(result: RunResult, setup: Setup, config_dict: dict, peaks: DevicePeaks | None) -> dict:
+    doc = result.collector.summary(config_dict, complete=result.complete,
+                                   workload=workload_info(setup.spec, setup.requests), peaks=peaks)
+    if result.error is not None:
+        doc["error"] = f"{type(result.error).__name__}: {result.error}"
+    elif result.interrupted:
+        doc["error"] = "interrupted"
+    elif result.stopped_by_script:
+        doc["stopped_by"] = "script"
+    return doc
+
+
+def exit_code(result: RunResult) -> int:
+    if result.error is not None:
+        note("engine failure: " + "".join(traceback.format_exception(result.error)).rstrip())
+        return EXIT_ENGINE_FAILURE
+    if result.interrupted:
+        note("interrupted: metrics cover what finished so far (complete: false)")
+        return EXIT_INTERRUPTED
+    return 0
+
+
+def run_headless(opts: dict, output: str | None) -> None:
+    with bad_input_exits():
+        setup = build_setup(opts)
+        check_writable(output)
+    engine = build_engine(setup)
+    peaks = load_peaks(setup)
+    result = run_and_report(engine, setup, session=setup.open_session(engine, peaks))
+    if setup.record:
+        note(f"recorded {setup.record}")
+    write_json(metrics_document(result, setup, engine.config.as_dict(), peaks), output)
+    sys.exit(exit_code(result))

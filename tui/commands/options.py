@@ -1,0 +1,152 @@
+"""Engine and workload options shared by every command, and their translation to config objects."""
+
+from __future__ import annotations
+
+import functools
+import sys
+from pathlib import Path
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+import click
+
+from batchtop.core_engine.config import MODES, PRESETS, EngineConfig
+from batchtop.core_engine.measure.device_peaks import DevicePeaks
+from batchtop.core_engine.engine.engine import Engine
+from batchtop.core_engine.errors import BadInput
+from batchtop.core_engine.engine.request import Request
+from batchtop.core_engine.session.script import ScriptAction, ScriptPlayer, load_script
+from batchtop.core_engine.session.session import Session
+from batchtop.core_engine.resolve import resolve_config, resolve_workload
+from batchtop.core_engine.session.trace import Recorder
+from batchtop.core_engine.session.workload import WorkloadSpec, load_workload
+
+EXIT_ENGINE_FAILURE = 1
+EXIT_BAD_INPUT = 2
+EXIT_INTERRUPTED = 130
+
+POSITIVE = click.IntRange(min=1)
+DEMOS_DIR = Path(__file__).parent.parent / "demos"
+_OPTIONS = [
+    click.option("--mode", type=click.Choice(MODES), default="continuous", show_default=True,
+                 help="Batching policy at start (toggle live with `s` in the dashboard)."),
+    click.option("--max-num-seqs", type=POSITIVE, default=None,
+                 help="Slots: most sequences running at once. [default: 16 on CPU, 128 on GPU]"),
+    click.option("--max-num-batched-tokens", type=POSITIVE, default=None,
+                 help="Token budget of one step (prefill chunks + decodes). [default: 256 CPU, 2048 GPU]"),
+    click.option("--block-size", type=POSITIVE, default=16, show_default=True, help="Tokens per KV block."),
+    click.option("--num-kv-blocks", type=POSITIVE, default=None,
+                 help="Usable blocks in the KV pool. [default: 512 on CPU; from GPU memory on CUDA]"),
+    click.option("--gpu-memory-utilization", type=float, default=0.9, show_default=True,
+                 help="On CUDA without --num-kv-blocks: share of GPU memory for weights + KV pool."),
+    click.option("--model", type=click.Choice(["auto", *PRESETS]), default="auto", show_default=True,
+                 help="Model preset; auto = cpu-demo on CPU, gpu-8b (or gpu-1b under 40 GiB) on CUDA."),
+    click.option("--device", type=click.Choice(["auto", "cpu", "cuda"]), default="auto", show_default=True),
+    click.option("--dtype", type=click.Choice(["auto", "float32", "bfloat16", "float16"]), default="auto",
+                 show_default=True, help="auto = bfloat16 on CUDA and on CPUs with AVX512_BF16, else float32."),
+    click.option("--seed", type=int, default=0, show_default=True, help="Seeds weights, prompts and sampling."),
+    click.option("--workload", "workload_path", type=str, default=None, metavar="FILE|synthetic",
+                 help="JSONL workload or Azure trace CSV; 'synthetic' for generated lognormal lengths. "
+                      "[default: the bundled Azure conversation trace sample]"),
+    click.option("--num-requests", type=POSITIVE, default=None, help="Keep the first N requests (synthetic: N)."),
+    click.option("--length-scale", type=float, default=None,
+                 help="Multiply prompt and output lengths. [default: 1; bundled trace on CPU: 1/16 and 1/4]"),
+    click.option("--prompt-scale", type=float, default=None, help="Multiply prompt lengths (overrides --length-scale)."),
+    click.option("--output-scale", type=float, default=None, help="Multiply output lengths (overrides --length-scale)."),
+    click.option("--time-scale", type=float, default=None,
+                 help="Multiply arrival times; 0 = everything arrives at once. [default: 1]"),
+    click.option("--rate", type=float, default=0.0, show_default=True,
+                 help="Synthetic: Poisson arrivals per second (0 = all at once)."),
+    click.option("--prompt-mean", type=float, default=64.0, show_default=True, help="Synthetic: mean prompt length."),
+    click.option("--output-mean", type=float, default=128.0, show_default=True, help="Synthetic: mean output length."),
+]
+SESSION_OPTIONS = [
+    click.option("--record", type=str, default=None, metavar="FILE",
+                 help="Record the session to a batchtop.trace (JSON Lines; gzip if FILE ends in .gz)."),
+    click.option("--script", "script_path", type=str, default=None, metavar="FILE",
+                 help="Play timed actions (JSON, or YAML with PyYAML): mode, max_num_seqs, burst, caption, quit. "
+                      "'teaching' runs the bundled demo that walks through static vs continuous batching."),
+]
+
+
+def engine_options(func: Callable) -> Callable:
+    for option in reversed(_OPTIONS):
+        func = option(func)
+    return func
+
+
+def session_options(func: Callable) -> Callable:
+    for option in reversed(SESSION_OPTIONS):
+        func = option(func)
+    return func
+
+
+@dataclass(frozen=True)
+class Setup:
+    config: EngineConfig
+    spec: WorkloadSpec
+    requests: list[Request]
+    script: list[ScriptAction] | None = None
+    record: str | None = None
+
+    def open_session(self, engine: Engine, peaks: DevicePeaks | None) -> Session:
+        recorder = None
+        if self.record is not None:
+            recorder = Recorder(self.record, {
+                "config": self.config.as_dict(),
+                "device": {"kind": self.config.device, "name": peaks.device_name if peaks else self.config.device},
+                "peaks": peaks.as_dict() if peaks is not None else None,
+                "workload": workload_info(self.spec, self.requests),
+            })
+        player = ScriptPlayer(self.script) if self.script else None
+        return Session(engine, self.requests, recorder=recorder, script=player)
+
+
+def build_setup(opts: dict, **overrides) -> Setup:
+    """Validate everything before the (slow) model build, so bad input fails at once."""
+    opts = {**opts, **overrides}
+    config = resolve_config(
+        model=opts["model"], device=opts["device"], dtype=opts["dtype"], mode=opts["mode"],
+        max_num_seqs=opts["max_num_seqs"], max_num_batched_tokens=opts["max_num_batched_tokens"],
+        block_size=opts["block_size"], num_kv_blocks=opts["num_kv_blocks"],
+        gpu_memory_utilization=opts["gpu_memory_utilization"], seed=opts["seed"])
+    spec = resolve_workload(
+        config, path=opts["workload_path"], num_requests=opts["num_requests"],
+        length_scale=opts["length_scale"], prompt_scale=opts["prompt_scale"],
+        output_scale=opts["output_scale"], time_scale=opts["time_scale"], rate=opts["rate"],
+        prompt_mean=opts["prompt_mean"], output_mean=opts["output_mean"])
+    requests = load_workload(spec, config.model.vocab_size)
+    script = load_script(opts["script_path"], DEMOS_DIR) if opts.get("script_path") else None
+    record = opts.get("record")
+    if record is not None:
+        from batchtop.tui.commands.output import check_writable
+        check_writable(record, "--record")
+    return Setup(config, spec, requests, script, record)
+
+
+def workload_info(spec: WorkloadSpec, requests: list[Request]) -> dict:
+    return {"source": spec.source_name, "num_requests": len(requests), "prompt_scale": spec.prompt_scale,
+            "output_scale": spec.output_scale, "time_scale": spec.time_scale}
+
+
+def fail(message: str, code: int) -> None:
+    click.echo(f"Error: {message}", err=True)
+    sys.exit(code)
+
+
+@contextmanager
+def bad_input_exits() -> Iterator[None]:
+    """BadInput anywhere below becomes 'Error: <what is wrong>' and exit code 2."""
+    try:
+        yield
+    except BadInput as exc:
+        fail(str(exc), EXIT_BAD_INPUT)
+
+
+def exits_on_bad_input(func: Callable) -> Callable:
+    @functools.wraps(func)
+    def wrapper(*args, **kwargs):
+        with bad_input_exits():
+            return func(*args, **kwargs)
+    return wrapper
