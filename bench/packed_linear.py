@@ -1,10 +1,12 @@
-"""Decode step time with the model's linears pre-packed for oneDNN vs plain F.linear, side by side.
+"""Decode step time with the model's linears pre-packed (oneDNN for bf16, MKL for fp32) vs plain
+F.linear, side by side.
 
-    python bench/packed_linear.py [--model cpu-demo] [--batches 1,4,16,64] [--rounds 3]
+    python bench/packed_linear.py [--model cpu-demo] [--dtype auto] [--batches 1,4,16,64] [--rounds 3]
 
-On the CPU in bf16, F.linear reorders each weight into oneDNN's blocked layout on every call; the
-engine packs every weight once instead (core_engine/packed_linear.py). Both variants run the same
-engine and weights, alternating per round, and the median decode step time of each is printed.
+On the CPU, F.linear in bf16 reorders each weight into oneDNN's blocked layout on every call, and in
+fp32 runs MKL's general sgemm, slow at a few rows; the engine packs every weight once instead
+(core_engine/model/packed_linear.py). Both variants run the same engine and weights, alternating per
+round, and the median decode step time of each is printed.
 """
 
 from __future__ import annotations
@@ -27,22 +29,23 @@ def main() -> None:
     ap.add_argument("--batches", default="1,4,16,64")
     ap.add_argument("--context", type=int, default=128)
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--dtype", default="auto")
     args = ap.parse_args()
-    config = resolve_config(model=args.model, max_num_seqs=64, max_num_batched_tokens=8192, num_kv_blocks=1024)
+    config = resolve_config(model=args.model, dtype=args.dtype, max_num_seqs=64, max_num_batched_tokens=8192, num_kv_blocks=1024)
     runner = Engine(config).runner
-    packed = packed_linear.can_pack
-    variants = {"plain": lambda *_: False, "packed": packed}
-    print(f"model {config.model.name} ({config.dtype}, {config.device}); packing available: "
+    packed = packed_linear.packing
+    variants = {"plain": lambda *_: None, "packed": packed}
+    print(f"model {config.model.name} ({config.dtype}, {config.device}); packing: "
           f"{packed(next(runner.model.parameters()).device, next(runner.model.parameters()).dtype)}")
     print("batch  plain ms  packed ms  speed-up")
     for batch in [int(b) for b in args.batches.split(",")]:
         times: dict[str, list[float]] = {name: [] for name in variants}
         for _ in range(args.rounds):
             for name, check in variants.items():
-                packed_linear.can_pack = check
+                packed_linear.packing = check
                 snaps = decode_steps(Engine(config, runner=runner), batch, args.context, STEPS)
                 times[name] += [s.step_time_s for s in snaps]
-        packed_linear.can_pack = packed
+        packed_linear.packing = packed
         plain, fast = (1e3 * statistics.median(times[n]) for n in ("plain", "packed"))
         print(f"{batch:5d}  {plain:8.1f}  {fast:9.1f}  {plain / fast:7.2f}x", flush=True)
 

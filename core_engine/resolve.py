@@ -26,16 +26,14 @@ class DeviceDefaults:
     num_kv_blocks: int | None  # None: size the pool from GPU memory
     prompt_scale: float  # the bundled trace is GPU-sized: a CPU plays it scaled down
     output_scale: float
-    time_scale: float
 
 
 def device_defaults(device: str) -> DeviceDefaults:
     if device == "cuda":
         big = torch.cuda.get_device_properties(0).total_memory >= 40 * GIB
-        return DeviceDefaults("gpu-8b" if big else "gpu-1b", 128, 2048, None, 1.0, 1.0, 1.0)
-    # Prompts shrink more than outputs so decode (where batching pays) dominates the CPU's time,
-    # and arrivals slow down so continuous batching keeps up while static batching falls behind.
-    return DeviceDefaults("cpu-demo", 16, 256, 512, 1 / 16, 1 / 4, 1.0)
+        return DeviceDefaults("gpu-8b" if big else "gpu-1b", 128, 2048, None, 1.0, 1.0)
+    # Prompts shrink more than outputs so decode (where batching pays) dominates the CPU's time.
+    return DeviceDefaults("cpu-demo", 16, 256, 512, 1 / 16, 1 / 4)
 
 
 def kv_blocks_for_memory(model: ModelConfig, dtype: str, block_size: int, fraction: float) -> int:
@@ -84,15 +82,16 @@ def resolve_workload(config: EngineConfig, *, path: str | None = None, num_reque
                      length_scale: float | None = None, prompt_scale: float | None = None,
                      output_scale: float | None = None, time_scale: float | None = None,
                      rate: float = 0.0, prompt_mean: float = 64.0, output_mean: float = 128.0) -> WorkloadSpec:
-    """Scales left unset take the device defaults for the bundled trace, and 1.0 for anything else."""
+    """Scales left unset take the device defaults for the bundled trace, and 1.0 for anything else; the
+    bundled trace's arrivals are paced to the engine's measured capacity unless --time-scale is given."""
     bundled = path is None
     d = device_defaults(config.device)
-    base_prompt, base_output, base_time = (d.prompt_scale, d.output_scale, d.time_scale) if bundled else (1.0, 1.0, 1.0)
+    base_prompt, base_output = (d.prompt_scale, d.output_scale) if bundled else (1.0, 1.0)
     if length_scale is not None:
         base_prompt = base_output = length_scale
     return WorkloadSpec(
         path=path, num_requests=num_requests,
         prompt_scale=base_prompt if prompt_scale is None else prompt_scale,
         output_scale=base_output if output_scale is None else output_scale,
-        time_scale=base_time if time_scale is None else time_scale,
+        time_scale=1.0 if time_scale is None else time_scale, auto_pace=bundled and time_scale is None,
         seed=config.seed, prompt_mean=prompt_mean, output_mean=output_mean, rate=rate)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import io
+import time
 
 import pytest
 from rich.console import Console
@@ -237,3 +238,22 @@ async def test_small_terminals_still_show_every_panel(size):
         text = screen_text(app)
         for title in ("Slots", "KV blocks", "Waiting", "Roofline", "Device", "mode=continuous", "max_num_seqs=4"):
             assert title in text, title
+
+
+async def test_every_panel_always_shows_the_same_step_as_the_others():
+    config = tiny_config(max_num_seqs=4, max_num_batched_tokens=8)
+    long_workload = [Request(f"L{i}", tuple(range(1, 20)), 150 + 10 * i) for i in range(8)]
+    engine = Engine(config)
+    run = engine.runner.run
+    engine.runner.run = lambda batch: (time.sleep(0.01), run(batch))[1]  # paced: Pilot waits for an idle CPU
+    app = BatchtopApp(EngineBridge(engine, long_workload, start_paused=True), config, PEAKS)
+    async with app.run_test(size=(120, 36)) as pilot:
+        await pilot.press("space")
+        checked = 0
+        while app.bridge.frame.state == "running" and checked < 30:
+            await pilot.pause(0.05)
+            shown = app._shown
+            for panel in app._panels:  # what each panel draws is what the shown frame says it draws
+                assert panel._key == panel.content_key(shown), type(panel).__name__
+            checked += 1
+        assert checked >= 10

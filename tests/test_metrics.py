@@ -91,3 +91,20 @@ def test_slot_shares_stay_within_one_when_max_num_seqs_is_lowered_under_running_
     s = metrics.summary(engine.config.as_dict())
     assert 0 < s["slot_utilization"] <= 1
     assert s["slot_utilization"] + s["bubble_share"] + s["padding_share"] <= 1 + 1e-9
+
+
+@pytest.mark.parametrize("mode", ["static", "continuous"])
+def test_slot_state_shares_sum_to_one_and_agree_with_the_step_by_step_picture(mode):
+    reqs = make_requests(12, seed=11, prompt=(2, 10), output=(1, 20))
+    engine = Engine(tiny_config(mode=mode, max_num_seqs=3))
+    _, snaps, metrics = run_all(engine, reqs)
+    m = metrics.summary({})
+    shares = [m["slot_utilization"], m["padding_share"], m["bubble_share"], m["free_share"]]
+    assert sum(shares) == pytest.approx(1.0)
+    states = [state for s in snaps for state in s.slot_states()]
+    assert m["padding_share"] == pytest.approx(states.count("padding") / len(states))
+    assert m["bubble_share"] == pytest.approx(states.count("bubble") / len(states))
+    if mode == "static":
+        assert m["padding_share"] > 0 and m["prompt_padding_share"] > 0
+    else:
+        assert m["padding_share"] == 0 and m["prompt_padding_share"] == 0

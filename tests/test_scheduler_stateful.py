@@ -11,9 +11,35 @@ from batchtop.core_engine.engine import control
 from batchtop.core_engine.engine.engine import Engine
 from batchtop.core_engine.errors import UnservableRequest
 from batchtop.core_engine.engine.request import Request
+from batchtop.core_engine.engine.scheduler.static import kv_tokens_for_whole_request
+from batchtop.core_engine.engine.wait_reason import WaitKind
 from tests.conftest import tiny_config
 
 NUM_BLOCKS, BLOCK_SIZE = 12, 4
+
+
+def check_wait_reason(sched, plan) -> None:
+    """The published reason names a limit the head of the queue really is up against."""
+    reason = plan.wait_reason
+    assert (reason is None) == (not sched.waiting)
+    if reason is None:
+        return
+    head, free = sched.waiting[0], sched.allocator.num_free_blocks
+    if reason.kind is WaitKind.STATIC_BATCH:
+        assert sched.policy.name == "static" and sched.running
+        assert plan.admitted == [] or len(plan.admitted) == sched.max_num_seqs
+    elif reason.kind is WaitKind.SLOTS_FULL:
+        assert sched.policy.name == "continuous" and len(sched.running) >= sched.max_num_seqs
+    elif reason.kind is WaitKind.TOKEN_BUDGET:
+        assert sched.policy.name == "continuous" and plan.num_tokens == plan.token_budget
+    elif plan.preempted:
+        assert reason.kind is WaitKind.KV_FULL
+    elif sched.policy.name == "static":
+        need = sched.block_manager.blocks_needed(head, kv_tokens_for_whole_request(head))
+        assert need > free and f"needs {need} blocks" in reason.message
+    else:
+        need = sched.block_manager.blocks_needed(head, head.num_tokens)
+        assert need + sched.admission_watermark() > free and f"needs {need} blocks" in reason.message
 
 
 class EngineMachine(RuleBasedStateMachine):
@@ -27,6 +53,16 @@ class EngineMachine(RuleBasedStateMachine):
         self.outputs: dict[str, int] = {}
         self.steps = 0
         self.n = 0
+        self.decision: tuple | None = None
+        schedule = self.engine.scheduler.schedule
+
+        def schedule_and_check():  # the reason must be true of the state the scheduler decided in
+            plan = schedule()
+            check_wait_reason(self.engine.scheduler, plan)
+            event(f"head waits: {plan.wait_reason.kind.value if plan.wait_reason else 'no'}")
+            return plan
+
+        self.engine.scheduler.schedule = schedule_and_check
 
     @rule(prompt_len=st.integers(1, 30), max_tokens=st.integers(1, 30))
     def add(self, prompt_len: int, max_tokens: int) -> None:
@@ -44,7 +80,8 @@ class EngineMachine(RuleBasedStateMachine):
         snap = self.engine.step()
         if snap.is_step:
             self.steps += 1
-            assert snap.num_tokens <= snap.max_num_batched_tokens
+            if snap.mode == "continuous":
+                assert snap.num_tokens <= snap.max_num_batched_tokens
             if snap.preempted:
                 event("preemption")
             if snap.num_padding_tokens:

@@ -43,3 +43,14 @@ def test_no_request_colour_can_be_mistaken_for_a_bubble_and_themes_cover_light_a
         assert closest > 60, (theme.name, closest)
     assert {t.dark for t in THEMES} == {True, False}
     assert any("colourblind" in t.name for t in THEMES)
+
+
+def test_the_three_kinds_of_waste_look_unlike_each_other_and_unlike_any_request():
+    for theme in THEMES:
+        v = theme.variables
+        waste = ("bubble", "phase-padding", "prompt-pad")
+        for name in waste:
+            closest = min(distance(v[f"req-{i}"], v[name]) for i in range(NUM_REQUEST_COLOURS))
+            assert closest > 50, (theme.name, name, closest)
+        pairs = [(a, b) for i, a in enumerate(waste) for b in waste[i + 1:]]
+        assert all(distance(v[a], v[b]) > 50 for a, b in pairs), theme.name

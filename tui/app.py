@@ -35,7 +35,7 @@ from batchtop.tui.widgets.status_line import StatusLine, status_text
 from batchtop.tui.widgets.waiting import WaitingPanel
 
 POLL_HZ = 10
-STATUS_INTERVAL_S = 0.5
+PAINT_INTERVAL_S = 0.5  # while the engine runs: how often a new frame reaches the screen
 QUIT_WAIT_S = 10.0  # longest we wait for a step in flight when quitting
 
 
@@ -67,8 +67,9 @@ class Dashboard(App[int]):
 
     def __init__(self, bridge, config: EngineConfig, peaks: DevicePeaks | None, *,
                  device_label: str | None = None, telemetry: TelemetrySampler | None = None,
-                 theme: str = "batchtop-dark", poll_hz: float = POLL_HZ) -> None:
+                 theme: str = "batchtop-dark", poll_hz: float = POLL_HZ, arrivals: str = "") -> None:
         super().__init__()
+        self.arrivals = arrivals  # how the workload's arrivals are paced (Waiting panel subtitle)
         self.bridge = bridge  # the frame source: EngineBridge (live) or ReplaySource
         self.config = config
         self.peaks = peaks
@@ -81,7 +82,7 @@ class Dashboard(App[int]):
         self._shown: DashboardFrame | None = None
         self._panels: list = []
         self._status_text: Text | None = None
-        self._status_paint = float("-inf")
+        self._last_paint = float("-inf")
         self.exit_code = 0
         bridge.notify = lambda kind, text: self.post_message(EngineEvent(kind, text))
 
@@ -91,7 +92,7 @@ class Dashboard(App[int]):
             yield SlotsPanel()
             yield KVBlocksPanel()
         with Horizontal(id="bottom"):
-            yield WaitingPanel(self.config.block_size)
+            yield WaitingPanel(self.arrivals)
             yield RooflinePanel(self.peaks)
             yield DevicePanel(self.config, self.peaks, live=self.LIVE)
         yield MetricsStrip(id="metrics")
@@ -121,26 +122,28 @@ class Dashboard(App[int]):
 
     # -- drawing --------------------------------------------------------------------------------
     def poll(self, force: bool = False) -> None:
-        """Hand the newest frame to every panel; each repaints only if its picture changed.
+        """Show the newest frame: every panel gets the same one (so all show the same step) and
+        repaints only if its picture changed.
 
-        On 2 cores every millisecond the UI draws is taken from the engine, so while it runs each
-        panel repaints at its own cadence (a few times a second); paused, finished or stepped by
-        hand, everything repaints at once, and a change of state repaints everything."""
+        On 2 cores every millisecond the UI draws is taken from the engine, so while it runs a new
+        frame is shown at most every PAINT_INTERVAL_S; paused, finished or stepped by hand, at once."""
         if not self._panels:  # not mounted yet (or already torn down)
             return
-        if self.telemetry is not None:
-            self._device.sample = self.telemetry.latest
         frame = self.bridge.frame
         force = force or frame.state != (self._shown.state if self._shown is not None else None)
-        throttle = frame.state in ("running", "replay")
-        self._shown = frame
         now = time.monotonic()
+        if not force and (frame is self._shown or (frame.state in ("running", "replay")
+                                                     and now - self._last_paint < PAINT_INTERVAL_S)):
+            return
+        self._shown, self._last_paint = frame, now
+        if self.telemetry is not None:
+            self._device.sample = self.telemetry.latest
         for panel in self._panels:
-            panel.show(frame, now, force, throttle)
-        self._metrics.show(frame, now, force, throttle)
+            panel.show(frame, force)
+        self._metrics.show(frame)
         text, essential = status_text(frame, self.config, self.device_label, self.status_extra(frame))
-        if force or (text != self._status_text and (not throttle or now - self._status_paint >= STATUS_INTERVAL_S)):
-            self._status_text, self._status_paint = text, now
+        if force or text != self._status_text:
+            self._status_text = text
             self._status.show(text, essential, frame.state)
 
     def status_extra(self, frame: DashboardFrame) -> str:

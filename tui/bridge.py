@@ -32,7 +32,8 @@ class EngineBridge:
         self.session = session or Session(engine, requests)
         engine.load_workload(requests)
         self.notify: Notify = notify or (lambda kind, text: None)
-        self._builder = FrameBuilder(len(requests))
+        self._builder = FrameBuilder()
+        self._builder.observe(engine.snapshot())  # empty slots and the queue-to-be, before the first step
         self._paused = start_paused
         self._pending_steps = 0
         self._restart = False
@@ -129,9 +130,10 @@ class EngineBridge:
             self._restart = False
             self.engine.submit(control.Reset())
             self.engine.apply_pending()
-            self.session.restarted()
-            self.session.after_step(self.engine.snapshot())
-            self._builder = FrameBuilder(len(self.requests))
+            snap = self.engine.snapshot()
+            self.session.after_step(snap)
+            self._builder = FrameBuilder()
+            self._builder.observe(snap)
             self._finished_announced = False
             self.runs += 1
         with self._lock:
@@ -186,5 +188,4 @@ class EngineBridge:
         self._last_publish = now
         if sample:
             self._builder.sample_rate()
-        self._builder.total_requests = len(self.requests) + self.session.extra_requests
         self.frame = self._builder.frame(self._state(), self.error, self.session.caption)

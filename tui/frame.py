@@ -11,13 +11,14 @@ from dataclasses import dataclass, field
 
 from batchtop.core_engine.measure.metrics import MetricsCollector, RateWindow, percentiles
 from batchtop.core_engine.engine.request import Phase
-from batchtop.core_engine.engine.snapshot import StepSnapshot
+from batchtop.core_engine.engine.snapshot import SlotState, StepSnapshot
 
 TIMELINE_STEPS = 240  # steps the slot timeline keeps
 SPARK_POINTS = 120  # samples the sparklines keep
 TRAIL_POINTS = 24  # recent steps drawn on the roofline
 
-SlotColumn = tuple[tuple[int, Phase], ...]  # per slot: (request index, phase) in one step
+SlotCell = tuple[int, Phase, SlotState, bool]  # request index, phase, state, prompt padded this step
+SlotColumn = tuple[SlotCell, ...]  # one step of the timeline, a cell per slot
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,7 +50,7 @@ class LiveMetrics:
 class DashboardFrame:
     snapshot: StepSnapshot | None
     metrics: LiveMetrics
-    timeline: tuple[tuple[SlotColumn, bool], ...] = ()  # (column, requests were waiting) per step
+    timeline: tuple[SlotColumn, ...] = ()  # the most recent steps, oldest first
     trail: tuple[RooflinePoint, ...] = ()
     state: str = "paused"  # running | paused | finished | error | replay
     error: str | None = None
@@ -61,7 +62,6 @@ class DashboardFrame:
 class FrameBuilder:
     """Folds snapshots into frames; owned by whichever thread produces snapshots."""
 
-    total_requests: int
     collector: MetricsCollector = field(default_factory=MetricsCollector)
     rate: RateWindow = field(default_factory=RateWindow)
     timeline: deque = field(default_factory=lambda: deque(maxlen=TIMELINE_STEPS))
@@ -80,7 +80,8 @@ class FrameBuilder:
         generated = snap.counters.generated_tokens
         self.rate.add(snap.t, generated - self._generated)
         self._generated = generated
-        self.timeline.append((tuple((s.index, s.phase) for s in snap.slots), snap.num_waiting > 0))
+        self.timeline.append(tuple((s.index, s.phase, state, s.num_prompt_padding > 0)
+                                   for s, state in zip(snap.slots, snap.slot_states())))
         self.batch.append(float(snap.num_seqs))
         if snap.num_prefill_tokens == 0:
             self.last_decode = snap
@@ -101,9 +102,9 @@ class FrameBuilder:
         metrics = LiveMetrics(
             tok_s_now=self.rate.rate(), tok_s_history=tuple(self.tok_s), batch_history=tuple(self.batch),
             ttft_p50=ttft["p50"], ttft_p99=ttft["p99"], tpot_p50=tpot["p50"], tpot_p99=tpot["p99"],
-            slot_utilization=c.useful_slot_steps / c.capacity_slot_steps if c.capacity_slot_steps else 0.0,
+            slot_utilization=c.share(SlotState.WORKING),
             kv_utilization=kv, preemptions=counters.preemptions if counters else 0,
             completed=counters.completed if counters else 0, rejected=counters.rejected if counters else 0,
-            total=self.total_requests)
+            total=counters.submitted + self.last.num_pending_arrivals if counters else 0)
         return DashboardFrame(self.last, metrics, tuple(self.timeline), tuple(self.trail), state, error, caption,
                               self.last_decode)

@@ -20,7 +20,6 @@ class ReplaySource:
         self.items: list[tuple[dict, StepSnapshot | None]] = list(trace.snapshots())
         self.num_steps = sum(1 for _, snap in self.items if snap is not None and snap.is_step)
         self.duration = self.items[-1][0]["t"] if self.items else 0.0
-        self.total_requests = int(trace.header.get("workload", {}).get("num_requests", 0))
         self.speed = speed
         self.paused = start_paused
         self.notify: Callable[[str, str], None] = lambda kind, text: None
@@ -38,7 +37,7 @@ class ReplaySource:
         self.clock = 0.0  # replay time, in the recording's seconds
         self.caption: str | None = None
         self.recorded_pause = False
-        self._builder = FrameBuilder(self.total_requests)
+        self._builder = FrameBuilder()
 
     # -- controls (UI thread) -------------------------------------------------------------------
     def toggle_pause(self) -> bool:
@@ -109,7 +108,7 @@ class ReplaySource:
             elif event["name"] in ("pause", "resume"):
                 self.recorded_pause = event["name"] == "pause"
             elif event["name"] == "reset":
-                self._builder = FrameBuilder(self.total_requests)
+                self._builder = FrameBuilder()
         elif event["type"] == "error":
             self.notify("error", f"the recorded engine failed: {event['message']}")
         if snap is not None:

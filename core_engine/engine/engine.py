@@ -21,7 +21,7 @@ from batchtop.core_engine.measure.roofline import Chunk, step_cost
 from batchtop.core_engine.engine.runner import ModelRunner
 from batchtop.core_engine.engine.scheduler import Scheduler, SchedulerOutput, make_policy
 from batchtop.core_engine.engine.snapshot import Counters, FinishedRequest, StepCost, StepSnapshot, WaitingView
-from batchtop.core_engine.engine.snapshot_builder import build_snapshot, slot_occupants
+from batchtop.core_engine.engine.snapshot_builder import StepEvents, StepTimes, build_snapshot, slot_occupants
 
 class Engine:
     def __init__(self, config: EngineConfig, runner: ModelRunner | None = None,
@@ -166,7 +166,7 @@ class Engine:
                 raise RuntimeError(f"scheduler made no progress with {len(self.scheduler.waiting)} waiting "
                                    f"and {len(self.scheduler.running)} running")
             return self.snapshot()
-        assert plan.num_tokens <= self.scheduler.max_num_batched_tokens, "token budget overrun"
+        assert plan.token_budget is None or plan.num_tokens <= plan.token_budget, "token budget overrun"
         batch = self.runner.prepare(plan)
         # the runner decides which rows reach the lm_head (sampled rows, static padding rows)
         cost = step_cost(self.config.model, self.config.dtype, plan_chunks(plan),
@@ -178,12 +178,9 @@ class Engine:
         num_prefill = sum(n for seq, n in plan.scheduled if seq.is_prefill)
         finished = self._postprocess(plan, sampled)
         t_end = self._clock()
-        snap = build_snapshot(
-            self, plan, finished, step=self.counters.steps, t=t_end - self._t0,
-            times=(t_end - t_start, t_sched - t_start, t_prep - t_sched, t_fwd - t_prep),
-            cost=cost, occupants=occupants, num_prefill_tokens=num_prefill)
-        self.latest = snap
-        return snap
+        times = StepTimes(t_end - t_start, t_sched - t_start, t_prep - t_sched, t_fwd - t_prep)
+        return self._publish(plan, finished, step=self.counters.steps, t=t_end - self._t0, times=times,
+                             cost=cost, occupants=occupants, num_prefill_tokens=num_prefill)
 
     def _postprocess(self, plan: SchedulerOutput, sampled: list[tuple[Sequence, int]]) -> list[FinishedRequest]:
         now = self.now()
@@ -205,7 +202,7 @@ class Engine:
         self.scheduler.end_step()
         self._count(steps=1, completed=len(finished), preemptions=len(plan.preempted),
                     prompt_tokens=num_prompt, generated_tokens=len(sampled),
-                    computed_tokens=plan.num_tokens)
+                    computed_tokens=plan.num_tokens, prompt_padding_tokens=plan.num_prompt_padding)
         return finished
 
     @staticmethod
@@ -219,16 +216,17 @@ class Engine:
 
     def snapshot(self) -> StepSnapshot:
         """A view of the current state between steps (after a control change, while idle)."""
-        snap = build_snapshot(self, SchedulerOutput(), [], step=0, t=self.now(), times=(0.0,) * 4,
-                              cost=StepCost(), occupants=slot_occupants(self.scheduler.running, None))
+        return self._publish(SchedulerOutput(), [], step=0, t=self.now(), times=StepTimes(), cost=StepCost(),
+                             occupants=slot_occupants(self.scheduler.running, None))
+
+    def _publish(self, plan: SchedulerOutput, finished: list[FinishedRequest], **fields) -> StepSnapshot:
+        """Freeze the state into a snapshot; it takes the events gathered since the last one."""
+        events = StepEvents(tuple(self.step_arrivals), tuple(self.step_rejections), tuple(self.step_controls))
+        self.step_arrivals, self.step_rejections, self.step_controls = [], [], []
+        snap = build_snapshot(self.scheduler, self.allocator, self.counters, events, plan, finished,
+                              num_pending_arrivals=len(self._arrivals), **fields)
         self.latest = snap
         return snap
-
-    def take_events(self) -> tuple[tuple, tuple, tuple]:
-        """Arrivals, rejections and applied controls since the last snapshot; the snapshot owns them now."""
-        events = tuple(self.step_arrivals), tuple(self.step_rejections), tuple(self.step_controls)
-        self.step_arrivals, self.step_rejections, self.step_controls = [], [], []
-        return events
 
     @property
     def num_pending_arrivals(self) -> int:
@@ -239,6 +237,7 @@ def plan_chunks(plan: SchedulerOutput) -> list[Chunk]:
     """The plan as runs of query tokens, for the FLOP/byte accounting (before postprocess)."""
     chunks = [Chunk(seq.num_computed_tokens, n) for seq, n in plan.scheduled]
     chunks += [Chunk(seq.num_computed_tokens, 1, keys_offset=0) for seq in plan.padding]
+    chunks += [Chunk(0, n) for _, n in plan.prompt_padding]
     return chunks
 
 

@@ -13,6 +13,8 @@ from batchtop.core_engine.engine.request import Sequence
 from batchtop.core_engine.engine.sampler import Sampler
 from batchtop.core_engine.engine.scheduler import SchedulerOutput
 
+PAD_TOKEN_ID = 0  # what a static batch's prompt padding feeds; its outputs are never read
+
 
 @dataclass(slots=True)
 class PreparedBatch:
@@ -31,20 +33,22 @@ class ModelRunner:
         m = config.model
         self.model = build_model(m, config.device, self.dtype, config.seed)
         self.block_size = config.block_size
-        # One physical block past the usable ones: static batching's padding rows write their
-        # throw-away K/V there, so a finished sequence's real cache is never overwritten.
+        # One physical block past the usable ones: static batching's padding rows and prompt padding
+        # write their throw-away K/V there, so no sequence's real cache is ever overwritten.
         self.scratch_block = config.num_kv_blocks
         shape = (config.num_kv_blocks + 1, config.block_size, m.num_key_value_heads, m.head_dim)
         self.kv_caches = [(torch.zeros(shape, dtype=self.dtype, device=self.device),
                            torch.zeros(shape, dtype=self.dtype, device=self.device))
                           for _ in range(m.num_hidden_layers)]
+        self._scratch_table = self._tensor([self.scratch_block])
         self.sampler = Sampler(config.seed, config.device)
 
     def _slot(self, seq: Sequence, pos: int) -> int:
         return seq.block_table[pos // self.block_size] * self.block_size + pos % self.block_size
 
     def prepare(self, plan: SchedulerOutput) -> PreparedBatch:
-        """Flatten the plan: one-token rows (decodes, then padding) first, then prefill chunks."""
+        """Flatten the plan: one-token rows (decodes, then padding) first, then prompt padding and
+        prefill chunks."""
         ids: list[int] = []
         pos: list[int] = []
         slots: list[int] = []
@@ -80,6 +84,14 @@ class ModelRunner:
         num_decode_rows = len(ids)
 
         chunks: list[PrefillChunk] = []
+        for _, n in plan.prompt_padding:
+            # A static batch's left padding: pad tokens at positions 0..n-1, computed through every
+            # layer (attending only to each other, as a padding mask leaves them) and thrown away;
+            # their K/V goes to scratch, so the member's own cache holds exactly its prompt.
+            chunks.append(PrefillChunk(len(ids), n, 0, self._scratch_table))
+            ids.extend([PAD_TOKEN_ID] * n)
+            pos.extend(range(n))
+            slots.extend(self.scratch_block * self.block_size + p % self.block_size for p in range(n))
         for seq, n in prefill_plan:
             start = seq.num_computed_tokens
             chunks.append(PrefillChunk(len(ids), n, start, self._tensor(seq.block_table)))

@@ -6,11 +6,33 @@ nothing in it is shared with the engine's mutable state.
 
 from __future__ import annotations
 
+import enum
 from dataclasses import dataclass
 
 from batchtop.core_engine.engine.request import Phase
+from batchtop.core_engine.engine.wait_reason import WaitReason
 
 WAITING_VIEW_LIMIT = 64  # the queue panel never shows more; the full length travels as num_waiting
+
+
+class SlotState(str, enum.Enum):
+    """The one definition of what a slot did in a step; metrics, grid and timeline all use it."""
+
+    WORKING = "working"  # prefill or decode of a live request
+    PADDING = "padding"  # static batching: finished, slot still held, row still computed
+    BUBBLE = "bubble"  # empty or idle while requests wait for a slot
+    FREE = "free"  # empty or idle, and nothing waits (or past a lowered max_num_seqs)
+
+
+WORKING_PHASES = (Phase.PREFILL, Phase.DECODE)
+
+
+def slot_state(phase: Phase, slot: int, num_waiting: int, max_num_seqs: int) -> SlotState:
+    if phase in WORKING_PHASES:
+        return SlotState.WORKING
+    if phase is Phase.PADDING:
+        return SlotState.PADDING
+    return SlotState.BUBBLE if num_waiting > 0 and slot < max_num_seqs else SlotState.FREE
 
 
 @dataclass(frozen=True, slots=True)
@@ -23,6 +45,7 @@ class SlotView:
     num_computed: int = 0  # tokens with K/V in the cache
     num_generated: int = 0
     max_tokens: int = 0
+    num_prompt_padding: int = 0  # static batching: pad tokens computed left of this prompt in this step
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,6 +98,7 @@ class Counters:
     prompt_tokens: int = 0  # prompt tokens of admitted requests, counted once each
     generated_tokens: int = 0
     computed_tokens: int = 0  # every token the model processed: padding and recomputation included
+    prompt_padding_tokens: int = 0  # static batching's left padding of prompts (part of computed_tokens)
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,13 +130,14 @@ class StepSnapshot:
     forward_s: float
     num_prefill_tokens: int
     num_decode_tokens: int
-    num_padding_tokens: int
+    num_padding_tokens: int  # rows of finished static-batch members, still computed
     num_seqs: int  # rows in this step's forward (padding rows included)
     slots: tuple[SlotView, ...]
     block_owners: tuple[int, ...]  # owning request index per KV block, -1 when free
     num_free_blocks: int
     waiting: tuple[WaitingView, ...]  # the head of the queue, at most WAITING_VIEW_LIMIT
     num_waiting: int
+    wait_reason: WaitReason | None  # why the head of the queue waits, as the scheduler decided
     num_pending_arrivals: int  # requests of the workload whose arrival time has not come yet
     finished: tuple[FinishedRequest, ...]  # finished during this step
     admitted: tuple[str, ...]
@@ -122,10 +147,12 @@ class StepSnapshot:
     arrived: tuple[WaitingView, ...] = ()  # requests that joined the queue since the last snapshot
     controls: tuple[tuple[str, object], ...] = ()  # commands applied since the last snapshot
     cost: StepCost = StepCost()
+    num_prompt_padding_tokens: int = 0  # static batching: pad tokens left of the batch's shorter prompts
 
     @property
     def num_tokens(self) -> int:
-        return self.num_prefill_tokens + self.num_decode_tokens + self.num_padding_tokens
+        return (self.num_prefill_tokens + self.num_decode_tokens + self.num_padding_tokens
+                + self.num_prompt_padding_tokens)
 
     @property
     def num_blocks(self) -> int:
@@ -138,3 +165,6 @@ class StepSnapshot:
     @property
     def is_step(self) -> bool:
         return self.step > 0
+
+    def slot_states(self) -> tuple[SlotState, ...]:
+        return tuple(slot_state(s.phase, s.slot, self.num_waiting, self.max_num_seqs) for s in self.slots)

@@ -1,27 +1,46 @@
-"""Builds the frozen StepSnapshot from the engine's live state at the end of a step."""
+"""Builds the frozen StepSnapshot from the scheduler's and allocator's live state at the end of a step.
+
+The engine hands over its parts explicitly; nothing here knows the Engine class.
+"""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from dataclasses import dataclass
 
+from batchtop.core_engine.engine.kv_cache import BlockAllocator
 from batchtop.core_engine.engine.request import Phase, Sequence
-from batchtop.core_engine.engine.scheduler import SchedulerOutput
-from batchtop.core_engine.engine.snapshot import (WAITING_VIEW_LIMIT, FinishedRequest, SlotView, StepCost, StepSnapshot,
-                                  WaitingView)
+from batchtop.core_engine.engine.scheduler import Scheduler, SchedulerOutput
+from batchtop.core_engine.engine.snapshot import (WAITING_VIEW_LIMIT, Counters, FinishedRequest, SlotView, StepCost,
+                                                  StepSnapshot, WaitingView)
 
-if TYPE_CHECKING:
-    from batchtop.core_engine.engine.engine import Engine
+Occupant = tuple[int, Sequence, Phase, int]  # slot, sequence, phase, prompt pad tokens this step
 
-Occupant = tuple[int, Sequence, Phase]
+
+@dataclass(frozen=True, slots=True)
+class StepEvents:
+    """What happened since the last snapshot besides the step itself; the snapshot owns it."""
+
+    arrived: tuple[WaitingView, ...] = ()
+    rejected: tuple[tuple[str, str], ...] = ()
+    controls: tuple[tuple[str, object], ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class StepTimes:
+    total: float = 0.0
+    schedule: float = 0.0
+    prepare: float = 0.0
+    forward: float = 0.0
 
 
 def slot_occupants(running: list[Sequence], plan: SchedulerOutput | None) -> list[Occupant]:
     """Who holds each slot during this step, and doing what; taken before finished ones leave."""
     if plan is None:  # between steps: what each occupant will do next
-        return [(s.slot, s, Phase.PADDING if s.padding else Phase.PREFILL if s.is_prefill else Phase.DECODE)
+        return [(s.slot, s, Phase.PADDING if s.padding else Phase.PREFILL if s.is_prefill else Phase.DECODE, 0)
                 for s in running]
     scheduled = {seq.index: seq.is_prefill for seq, _ in plan.scheduled}
     padding = {seq.index for seq in plan.padding}
+    prompt_pad = {seq.index: n for seq, n in plan.prompt_padding}
     out = []
     for s in running:
         if s.index in padding or s.padding:
@@ -30,37 +49,36 @@ def slot_occupants(running: list[Sequence], plan: SchedulerOutput | None) -> lis
             phase = Phase.PREFILL if scheduled[s.index] else Phase.DECODE
         else:
             phase = Phase.IDLE
-        out.append((s.slot, s, phase))
+        out.append((s.slot, s, phase, prompt_pad.get(s.index, 0)))
     return out
 
 
-def build_snapshot(engine: Engine, plan: SchedulerOutput, finished: list[FinishedRequest], *, step: int,
-                   t: float, times: tuple[float, float, float, float], cost: StepCost,
-                   occupants: list[Occupant], num_prefill_tokens: int = 0) -> StepSnapshot:
-    sched = engine.scheduler
-    by_slot = {slot: (seq, phase) for slot, seq, phase in occupants}
+def build_snapshot(sched: Scheduler, allocator: BlockAllocator, counters: Counters, events: StepEvents,
+                   plan: SchedulerOutput, finished: list[FinishedRequest], *, step: int, t: float,
+                   times: StepTimes, cost: StepCost, occupants: list[Occupant], num_pending_arrivals: int,
+                   num_prefill_tokens: int = 0) -> StepSnapshot:
+    by_slot = {slot: (seq, phase, pad) for slot, seq, phase, pad in occupants}
     num_slots = max(sched.num_slots(), max(by_slot, default=-1) + 1)
     slots = []
     for i in range(num_slots):
         if i not in by_slot:
             slots.append(SlotView(i, Phase.EMPTY))
             continue
-        seq, phase = by_slot[i]
+        seq, phase, pad = by_slot[i]
         slots.append(SlotView(i, phase, seq.id, seq.index, seq.prompt_len, seq.num_computed_tokens,
-                              seq.num_output_tokens, seq.max_tokens))
+                              seq.num_output_tokens, seq.max_tokens, pad))
     waiting = tuple(WaitingView(s.id, s.index, s.prompt_len, s.max_tokens, s.arrival_s, s.num_preemptions)
                     for _, s in zip(range(WAITING_VIEW_LIMIT), sched.waiting))
-    total, schedule_s, prepare_s, forward_s = times
-    arrived, rejected, controls = engine.take_events()
     return StepSnapshot(
-        step=step, t=t, mode=engine.mode, max_num_seqs=sched.max_num_seqs,
-        max_num_batched_tokens=sched.max_num_batched_tokens, step_time_s=total, schedule_s=schedule_s,
-        prepare_s=prepare_s, forward_s=forward_s, num_prefill_tokens=num_prefill_tokens,
+        step=step, t=t, mode=sched.policy.name, max_num_seqs=sched.max_num_seqs,
+        max_num_batched_tokens=sched.max_num_batched_tokens, step_time_s=times.total,
+        schedule_s=times.schedule, prepare_s=times.prepare, forward_s=times.forward,
+        num_prefill_tokens=num_prefill_tokens,
         num_decode_tokens=sum(n for _, n in plan.scheduled) - num_prefill_tokens,
-        num_padding_tokens=len(plan.padding), num_seqs=len(plan.scheduled) + len(plan.padding),
-        slots=tuple(slots), block_owners=engine.allocator.owners(),
-        num_free_blocks=engine.allocator.num_free_blocks, waiting=waiting, num_waiting=len(sched.waiting),
-        num_pending_arrivals=engine.num_pending_arrivals, finished=tuple(finished),
+        num_padding_tokens=len(plan.padding), num_prompt_padding_tokens=plan.num_prompt_padding,
+        num_seqs=len(plan.scheduled) + len(plan.padding),
+        slots=tuple(slots), block_owners=allocator.owners(), num_free_blocks=allocator.num_free_blocks,
+        waiting=waiting, num_waiting=len(sched.waiting), wait_reason=sched.wait_reason if sched.waiting else None,
+        num_pending_arrivals=num_pending_arrivals, finished=tuple(finished),
         admitted=tuple(s.id for s in plan.admitted), preempted=tuple(s.id for s in plan.preempted),
-        rejected=rejected, arrived=arrived, controls=controls, counters=engine.counters, cost=cost)
-
+        rejected=events.rejected, arrived=events.arrived, controls=events.controls, counters=counters, cost=cost)

@@ -5,11 +5,9 @@ from __future__ import annotations
 from collections import deque
 
 from batchtop.core_engine.measure.device_peaks import DevicePeaks
-from batchtop.core_engine.engine.request import Phase
-from batchtop.core_engine.engine.snapshot import FinishedRequest, StepSnapshot
+from batchtop.core_engine.engine.snapshot import FinishedRequest, SlotState, StepSnapshot
 
 METRICS_SCHEMA = "batchtop.metrics/1"
-USEFUL = (Phase.PREFILL, Phase.DECODE)
 
 
 def percentiles(values: list[float], qs: tuple[int, ...] = (50, 90, 99)) -> dict[str, float | None]:
@@ -37,9 +35,7 @@ class MetricsCollector:
         self.first_step_start: float | None = None  # run time when the first forward step began
         self.steps = 0
         self.capacity_slot_steps = 0  # sum over steps of the slots shown (see observe)
-        self.useful_slot_steps = 0
-        self.padding_slot_steps = 0
-        self.bubble_slot_steps = 0  # empty or idle slots while requests wait
+        self.slot_steps = {state: 0 for state in SlotState}  # shares of capacity; they sum to it
         self.used_block_sum = 0
         self.peak_used_blocks = 0
         self.step_times: list[float] = []
@@ -57,14 +53,8 @@ class MetricsCollector:
             self.first_step_start = snap.t - snap.step_time_s
         self.steps += 1
         self.capacity_slot_steps += len(snap.slots)  # max_num_seqs, or more while a lowered cap drains
-        waiting = snap.num_waiting > 0
-        for slot in snap.slots:
-            if slot.phase in USEFUL:
-                self.useful_slot_steps += 1
-            elif slot.phase is Phase.PADDING:
-                self.padding_slot_steps += 1
-            elif waiting and slot.slot < snap.max_num_seqs:
-                self.bubble_slot_steps += 1
+        for state in snap.slot_states():
+            self.slot_steps[state] += 1
         used = snap.num_used_blocks
         self.used_block_sum += used
         self.peak_used_blocks = max(self.peak_used_blocks, used)
@@ -78,8 +68,8 @@ class MetricsCollector:
             self.roofline_points[kind].append((snap.cost.intensity, snap.cost.flops / snap.forward_s,
                                                snap.cost.bytes / snap.forward_s))
 
-    def _share(self, slot_steps: int) -> float:
-        return slot_steps / self.capacity_slot_steps if self.capacity_slot_steps else 0.0
+    def share(self, state: SlotState) -> float:
+        return self.slot_steps[state] / self.capacity_slot_steps if self.capacity_slot_steps else 0.0
 
     def roofline(self, peaks: DevicePeaks) -> dict:
         """Where decode and prefill steps sat against this device's roofs, on average."""
@@ -120,6 +110,7 @@ class MetricsCollector:
                 "prompt": counters.prompt_tokens if counters else 0,
                 "generated": generated,
                 "computed": counters.computed_tokens if counters else 0,
+                "prompt_padding": counters.prompt_padding_tokens if counters else 0,
             },
             "steps": self.steps,
             "wall_time_s": wall,
@@ -127,9 +118,12 @@ class MetricsCollector:
             "ttft_s": percentiles([f.ttft_s for f in self.finished if f.ttft_s is not None]),
             "tpot_s": percentiles([f.tpot_s for f in self.finished if f.tpot_s is not None]),
             "e2e_s": percentiles([f.e2e_s for f in self.finished]),
-            "slot_utilization": self._share(self.useful_slot_steps),
-            "padding_share": self._share(self.padding_slot_steps),
-            "bubble_share": self._share(self.bubble_slot_steps),
+            "slot_utilization": self.share(SlotState.WORKING),
+            "padding_share": self.share(SlotState.PADDING),
+            "bubble_share": self.share(SlotState.BUBBLE),
+            "free_share": self.share(SlotState.FREE),
+            "prompt_padding_share": (counters.prompt_padding_tokens / counters.computed_tokens
+                                     if counters and counters.computed_tokens else 0.0),
             "batch_size": {"mean": self.batch_sizes_sum / self.steps if self.steps else 0.0,
                            "max": self.max_batch},
             "step_time_s": percentiles(self.step_times),

@@ -1,10 +1,17 @@
-"""nn.Linear whose bf16 weight is packed once for oneDNN on the CPU: decode GEMMs 1.2-1.7x faster.
+"""nn.Linear whose weight is packed once for the CPU's GEMM library: small-batch decode much faster.
 
-On the CPU, F.linear in bf16 reorders the weight into oneDNN's blocked layout on every call; at
-decode batch sizes that reorder costs about as much as the GEMM itself. Packing it once, as
-torch.compile's CPU backend does, gives bitwise the same result (bench/packed_linear.py measures
-both). The pack is a cache: state_dict and load_state_dict see the plain weight (so the model stays
-Hugging Face-compatible), and the pack is rebuilt whenever the weight is written to.
+Two packings, by dtype (bench/packed_linear.py measures both against F.linear):
+- bf16 (CPUs with AVX512_BF16 / AMX): F.linear reorders the weight into oneDNN's blocked layout on
+  every call; at decode batch sizes that reorder costs about as much as the GEMM itself. Packed once,
+  as torch.compile's CPU backend does, the result is bitwise the same; decode steps 1.2-1.4x faster.
+- fp32: F.linear goes to MKL's general sgemm, whose cost at 2-16 rows grows with the rows although
+  the weights are read once (a 1024x5632 GEMM: 0.41 ms at 1 row, 2.1 ms at 13); MKL's packed GEMM
+  keeps it near 0.4-0.7 ms up to 16 rows, the memory-bound picture decode should give (cpu-demo
+  decode steps 1.5-2x faster at 4-13 rows). Past MKL_PACK_ROWS rows the general sgemm is faster
+  again, so larger batches (prefill, wide decode) keep F.linear. Same math in another summation
+  order: equal to F.linear within fp32 rounding, not bitwise.
+The pack is a cache: state_dict and load_state_dict see the plain weight (so the model stays Hugging
+Face-compatible), and the pack is rebuilt whenever the weight is written to.
 """
 
 from __future__ import annotations
@@ -15,11 +22,24 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+MKL_PACK_ROWS = 16  # MKL's packing hint, and the most rows for which the packed sgemm is faster
+
 
 @functools.cache
+def packing(device: torch.device, dtype: torch.dtype) -> str | None:
+    """'onednn' (bf16), 'mkl' (fp32) or None where neither pays off or exists."""
+    if device.type != "cpu":
+        return None
+    if dtype == torch.bfloat16 and torch.backends.mkldnn.is_available() \
+            and torch.ops.mkldnn._is_mkldnn_bf16_supported():
+        return "onednn"
+    if dtype == torch.float32 and torch.backends.mkl.is_available():
+        return "mkl"
+    return None
+
+
 def can_pack(device: torch.device, dtype: torch.dtype) -> bool:
-    return (device.type == "cpu" and dtype == torch.bfloat16 and torch.backends.mkldnn.is_available()
-            and torch.ops.mkldnn._is_mkldnn_bf16_supported())
+    return packing(device, dtype) is not None
 
 
 def weight_key(weight: torch.Tensor) -> tuple:
@@ -37,10 +57,17 @@ class PackedLinear(nn.Linear):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         weight = self.weight
-        if x.dim() != 2 or not can_pack(weight.device, weight.dtype):
+        kind = packing(weight.device, weight.dtype) if x.dim() == 2 else None
+        if kind is None or (kind == "mkl" and x.shape[0] > MKL_PACK_ROWS):
             return F.linear(x, weight, self.bias)
         key = weight_key(weight)
         if self._packed is None or self._packed_key != key:
-            self._packed = torch.ops.mkldnn._reorder_linear_weight(weight.detach())
+            w = weight.detach()
+            self._packed = (torch.ops.mkldnn._reorder_linear_weight(w) if kind == "onednn"
+                            else torch.ops.mkl._mkl_reorder_linear_weight(w, MKL_PACK_ROWS))
             self._packed_key = key
-        return torch.ops.mkldnn._linear_pointwise(x, self._packed, self.bias, "none", [], "")
+        if kind == "onednn":
+            return torch.ops.mkldnn._linear_pointwise(x, self._packed, self.bias, "none", [], "")
+        # the last argument must equal x's rows, or the op falls back to plain F.linear; a weight
+        # packed for MKL_PACK_ROWS rows computes any row count correctly
+        return torch.ops.mkl._mkl_linear(x, self._packed, weight, self.bias, x.shape[0])

@@ -24,7 +24,6 @@ class Session:
         self.script = script
         self.caption: str | None = None
         self.quit_requested = False
-        self.extra_requests = 0  # bursts injected so far (the UI adds them to the total)
         self._bursts = 0
 
     def burst(self, count: int) -> int:
@@ -32,7 +31,6 @@ class Session:
         self._bursts += 1
         batch = make_burst(self.workload, count, seed=self.engine.config.seed + self._bursts,
                            vocab_size=self.engine.config.model.vocab_size, tag=f"burst{self._bursts}")
-        self.extra_requests += len(batch)
         self.engine.submit(control.AddRequests(batch))
         return len(batch)
 
@@ -59,9 +57,6 @@ class Session:
         """A driver-level event for the trace: pause, resume, caption."""
         if self.recorder is not None:
             self.recorder.control(name, value)
-
-    def restarted(self) -> None:
-        self.extra_requests = 0
 
     def close(self, reason: str, error: str | None = None) -> None:
         if self.recorder is not None:

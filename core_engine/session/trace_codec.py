@@ -10,6 +10,7 @@ ownership is run-length encoded and omitted when unchanged.
 from __future__ import annotations
 
 from batchtop.core_engine.engine.request import Phase
+from batchtop.core_engine.engine.wait_reason import WaitKind, WaitReason
 from batchtop.core_engine.engine.snapshot import Counters, FinishedRequest, SlotView, StepCost, StepSnapshot, WaitingView
 
 PHASE_CODE = {Phase.PREFILL: "p", Phase.DECODE: "d", Phase.PADDING: "x", Phase.IDLE: "i"}
@@ -59,8 +60,11 @@ class SnapshotEncoder:
             "type": "step" if snap.is_step else "view", "step": snap.step, "run_t": snap.t, "mode": snap.mode,
             "max_num_seqs": snap.max_num_seqs, "max_num_batched_tokens": snap.max_num_batched_tokens,
             "times": [snap.step_time_s, snap.schedule_s, snap.prepare_s, snap.forward_s],
-            "tokens": [snap.num_prefill_tokens, snap.num_decode_tokens, snap.num_padding_tokens, snap.num_seqs],
-            "slots": [0 if s.phase is Phase.EMPTY else [s.index, PHASE_CODE[s.phase], s.num_computed, s.num_generated]
+            "tokens": [snap.num_prefill_tokens, snap.num_decode_tokens, snap.num_padding_tokens, snap.num_seqs,
+                       snap.num_prompt_padding_tokens],
+            "slots": [0 if s.phase is Phase.EMPTY else
+                      [s.index, PHASE_CODE[s.phase], s.num_computed, s.num_generated, *([s.num_prompt_padding]
+                                                                                         if s.num_prompt_padding else [])]
                       for s in snap.slots],
             "free_blocks": snap.num_free_blocks,
             "waiting": [x for w in snap.waiting for x in (w.index, w.num_preemptions)],
@@ -69,6 +73,9 @@ class SnapshotEncoder:
             "counters": [getattr(snap.counters, k) for k in COUNTER_FIELDS],
             "cost": [getattr(snap.cost, k) for k in COST_FIELDS],
         }
+        if snap.wait_reason is not None:
+            r = snap.wait_reason
+            event["wait"] = [r.kind.value, r.message, r.short]
         if snap.block_owners != self._owners:
             event["kv"] = run_length(snap.block_owners)
             self._owners = snap.block_owners
@@ -119,23 +126,26 @@ class SnapshotDecoder:
             if cell == 0:
                 slots.append(SlotView(i, Phase.EMPTY))
                 continue
-            index, code, computed, generated = cell
+            index, code, computed, generated, *pad = cell
             r = self._request(index)
             slots.append(SlotView(i, CODE_PHASE[code], r.request_id, index, r.prompt_len, computed, generated,
-                                  r.max_tokens))
+                                  r.max_tokens, pad[0] if pad else 0))
         waiting = []
         for index, preemptions in zip(e["waiting"][::2], e["waiting"][1::2]):
             r = self._request(index)
             waiting.append(WaitingView(r.request_id, index, r.prompt_len, r.max_tokens, r.arrival_s, preemptions))
         step_time, schedule_s, prepare_s, forward_s = e["times"]
-        prefill, decode, padding, num_seqs = e["tokens"]
+        prefill, decode, padding, num_seqs, *prompt_padding = e["tokens"]
+        wait = e.get("wait")
         pending, self._pending = self._pending, {"arrived": [], "rejected": [], "finished": [], "controls": []}
         return StepSnapshot(
             step=e["step"], t=e["run_t"], mode=e["mode"], max_num_seqs=e["max_num_seqs"],
             max_num_batched_tokens=e["max_num_batched_tokens"], step_time_s=step_time, schedule_s=schedule_s,
             prepare_s=prepare_s, forward_s=forward_s, num_prefill_tokens=prefill, num_decode_tokens=decode,
-            num_padding_tokens=padding, num_seqs=num_seqs, slots=tuple(slots), block_owners=self._owners,
+            num_padding_tokens=padding, num_prompt_padding_tokens=prompt_padding[0] if prompt_padding else 0,
+            num_seqs=num_seqs, slots=tuple(slots), block_owners=self._owners,
             num_free_blocks=e["free_blocks"], waiting=tuple(waiting), num_waiting=e["num_waiting"],
+            wait_reason=WaitReason(WaitKind(wait[0]), wait[1], wait[2]) if wait else None,
             num_pending_arrivals=e["pending"], finished=tuple(pending["finished"]),
             admitted=tuple(e["admitted"]), preempted=tuple(e["preempted"]), rejected=tuple(pending["rejected"]),
             counters=Counters(*e["counters"]), cost=StepCost(*e["cost"]), arrived=tuple(pending["arrived"]),

@@ -32,6 +32,8 @@ class WorkloadSpec:
     prompt_scale: float = 1.0  # multiply prompt lengths (a CPU plays a GPU-sized trace)
     output_scale: float = 1.0  # multiply max_tokens
     time_scale: float = 1.0  # multiply arrival times (0: everyone arrives at once)
+    auto_pace: bool = False  # rescale arrivals from the engine's measured capacity (session.pacing)
+    pace_note: str | None = None  # how the pace was chosen, once it has been
     seed: int = 0
     # synthetic only: lognormal lengths (heavy right tail, like production traffic)
     prompt_mean: float = 64.0

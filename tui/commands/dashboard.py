@@ -6,19 +6,25 @@ import sys
 
 from batchtop.core_engine.measure.telemetry import TelemetrySampler
 from batchtop.core_engine.torch_thread import call_in_thread
-from batchtop.tui.commands.headless import build_engine, load_peaks
-from batchtop.tui.commands.options import bad_input_exits, build_setup
+from batchtop.tui.commands.headless import build_engine, load_peaks, pace_workload
+from batchtop.tui.commands.options import bad_input_exits, build_setup, workload_info
 
 
 def run_dashboard(opts: dict, *, theme: str = "batchtop-dark", start_paused: bool = False) -> None:
     with bad_input_exits():
         setup = build_setup(opts)
     # The main thread will draw; it must never run a torch parallel region (see core_engine.torch_thread)
-    engine, peaks = call_in_thread(lambda: (build_engine(setup), load_peaks(setup)))
+    def build():
+        engine = build_engine(setup)
+        return engine, pace_workload(setup, engine), load_peaks(setup)
+
+    engine, setup, peaks = call_in_thread(build)
     from batchtop.tui.app import BatchtopApp  # Textual loads only here, never on the headless path
     from batchtop.tui.bridge import EngineBridge
+    from batchtop.tui.widgets.waiting import arrivals_label
 
     bridge = EngineBridge(engine, setup.requests, start_paused=start_paused, session=setup.open_session(engine, peaks))
-    app = BatchtopApp(bridge, setup.config, peaks, telemetry=TelemetrySampler(setup.config.device), theme=theme)
+    app = BatchtopApp(bridge, setup.config, peaks, telemetry=TelemetrySampler(setup.config.device), theme=theme,
+                      arrivals=arrivals_label(workload_info(setup.spec, setup.requests)))
     code = app.run()
     sys.exit(code or 0)

@@ -29,6 +29,15 @@ def build_engine(setup: Setup) -> Engine:
     return Engine(c)
 
 
+def pace_workload(setup: Setup, engine: Engine) -> Setup:
+    if setup.spec.auto_pace:
+        note("measuring this engine's step costs to pace the bundled trace (--time-scale overrides)")
+    setup = setup.paced(engine)
+    if setup.spec.pace_note:
+        note(setup.spec.pace_note)
+    return setup
+
+
 def load_peaks(setup: Setup) -> DevicePeaks:
     c = setup.config
     peaks = device_peaks(c.device, c.dtype)
@@ -80,6 +89,7 @@ def run_headless(opts: dict, output: str | None) -> None:
         setup = build_setup(opts)
         check_writable(output)
     engine = build_engine(setup)
+    setup = pace_workload(setup, engine)
     peaks = load_peaks(setup)
     result = run_and_report(engine, setup, session=setup.open_session(engine, peaks))
     if setup.record:

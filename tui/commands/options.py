@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import click
 
@@ -17,6 +17,7 @@ from batchtop.core_engine.engine.engine import Engine
 from batchtop.core_engine.errors import BadInput
 from batchtop.core_engine.engine.request import Request
 from batchtop.core_engine.session.script import ScriptAction, ScriptPlayer, load_script
+from batchtop.core_engine.session.pacing import pace, paced
 from batchtop.core_engine.session.session import Session
 from batchtop.core_engine.resolve import resolve_config, resolve_workload
 from batchtop.core_engine.session.trace import Recorder
@@ -55,7 +56,8 @@ _OPTIONS = [
     click.option("--prompt-scale", type=float, default=None, help="Multiply prompt lengths (overrides --length-scale)."),
     click.option("--output-scale", type=float, default=None, help="Multiply output lengths (overrides --length-scale)."),
     click.option("--time-scale", type=float, default=None,
-                 help="Multiply arrival times; 0 = everything arrives at once. [default: 1]"),
+                 help="Multiply arrival times; 0 = everything arrives at once. [default: 1; the bundled "
+                      "trace: paced to this machine's measured capacity, ~80% of slots busy]"),
     click.option("--rate", type=float, default=0.0, show_default=True,
                  help="Synthetic: Poisson arrivals per second (0 = all at once)."),
     click.option("--prompt-mean", type=float, default=64.0, show_default=True, help="Synthetic: mean prompt length."),
@@ -102,6 +104,16 @@ class Setup:
         player = ScriptPlayer(self.script) if self.script else None
         return Session(engine, self.requests, recorder=recorder, script=player)
 
+    def paced(self, engine: Engine) -> Setup:
+        """The bundled trace's arrivals paced to this engine's measured capacity (see session.pacing)."""
+        if not self.spec.auto_pace:
+            return self
+        p = pace(engine, self.requests)
+        if p is None:
+            return self
+        spec = replace(self.spec, time_scale=p.time_scale, auto_pace=False, pace_note=p.describe())
+        return replace(self, spec=spec, requests=paced(self.requests, p.time_scale))
+
 
 def build_setup(opts: dict, **overrides) -> Setup:
     """Validate everything before the (slow) model build, so bad input fails at once."""
@@ -126,8 +138,9 @@ def build_setup(opts: dict, **overrides) -> Setup:
 
 
 def workload_info(spec: WorkloadSpec, requests: list[Request]) -> dict:
-    return {"source": spec.source_name, "num_requests": len(requests), "prompt_scale": spec.prompt_scale,
+    info = {"source": spec.source_name, "num_requests": len(requests), "prompt_scale": spec.prompt_scale,
             "output_scale": spec.output_scale, "time_scale": spec.time_scale}
+    return {**info, "pace": spec.pace_note} if spec.pace_note else info
 
 
 def fail(message: str, code: int) -> None:

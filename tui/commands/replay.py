@@ -39,9 +39,11 @@ def run_replay(path: str, *, headless: bool, output: str | None, speed: float, t
         return
     from batchtop.tui.replay_app import ReplayApp  # Textual loads only here
     from batchtop.tui.replay_source import ReplaySource
+    from batchtop.tui.widgets.waiting import arrivals_label
 
     source = ReplaySource(trace, speed=speed)
     device = trace.header.get("device", {}).get("name", config.device)
     app = ReplayApp(source, config, peaks_from_dict(trace.header.get("peaks")), device_label=f"{device} (recorded)",
+                    arrivals=arrivals_label(trace.header.get("workload")),
                     theme=theme)
     sys.exit(app.run() or 0)

@@ -15,13 +15,10 @@ def ms(value: float | None) -> str:
 
 
 class MetricsStrip(Horizontal):
-    """Two sparklines with their labels, and a block of numbers; repainted about once a second."""
-
-    MIN_INTERVAL_S = 1.0
+    """Two sparklines with their labels, and a block of numbers."""
 
     def __init__(self, *, id: str | None = None) -> None:
         super().__init__(id=id)
-        self._last_paint = float("-inf")
         self._shown: DashboardFrame | None = None
         self._parts: tuple | None = None  # set once the children are mounted
 
@@ -36,12 +33,10 @@ class MetricsStrip(Horizontal):
         self._parts = tuple(self.query_one(f"#{name}") for name in
                             ("tok-label", "tok-spark", "batch-label", "batch-spark", "numbers"))
 
-    def show(self, frame: DashboardFrame, now: float, force: bool = False, throttle: bool = True) -> None:
+    def show(self, frame: DashboardFrame) -> None:
         if self._parts is None or frame is self._shown:
             return
-        if throttle and not force and now - self._last_paint < self.MIN_INTERVAL_S:
-            return
-        self._shown, self._last_paint = frame, now
+        self._shown = frame
         tok_label, tok_spark, batch_label, batch_spark, numbers_label = self._parts
         # Fixed-size labels: update without a layout pass (a relayout per frame costs the engine)
         m = frame.metrics

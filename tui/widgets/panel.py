@@ -44,27 +44,21 @@ class Runs:
 
 class Panel(Widget):
     DEFAULT_CLASSES = "panel"
-    MIN_INTERVAL_S = 1.0  # while the engine runs, repaint at most this often (see Dashboard.poll)
 
     def __init__(self, *, id: str | None = None) -> None:
         super().__init__(id=id)
         self.frame: DashboardFrame | None = None
         self._key: object = None
-        self._last_paint = float("-inf")
         self._styles: dict[tuple, Style] = {}
         self._styles_theme: str | None = None
 
-    def show(self, frame: DashboardFrame, now: float, force: bool = False, throttle: bool = True) -> None:
-        """Repaint only when what this panel draws has changed, and not more often than its cadence.
-
-        Every repaint costs the UI thread milliseconds of CPU that it takes from the engine's cores.
-        """
+    def show(self, frame: DashboardFrame, force: bool = False) -> None:
+        """Repaint only when what this panel draws has changed. The dashboard decides when a frame is
+        shown and hands the same one to every panel, so all panels always show the same step."""
         key = self.content_key(frame)
         if key == self._key and not force:
             return
-        if throttle and not force and now - self._last_paint < self.MIN_INTERVAL_S:
-            return  # the next poll comes back to it
-        self._key, self._last_paint, self.frame = key, now, frame
+        self._key, self.frame = key, frame
         self.update_titles(frame)
         self.refresh()
 

@@ -1,8 +1,10 @@
-"""The Slots panel: who holds each of max_num_seqs slots, in which phase, how far along.
+"""The Slots panel: who holds each of max_num_seqs slots, in which phase, how far along, and under the
+grid the recent history of every slot as a compact timeline.
 
-Bubbles — a slot that is empty, idle or padding while requests wait — are drawn on the $bubble colour,
-so the waste static batching leaves behind is the first thing the eye finds. `v` flips the panel to a
-timeline (tui.widgets.slot_timeline).
+Bubbles — an empty or idle slot while requests wait — are drawn on the $bubble colour, so the slots a
+policy leaves unused are the first thing the eye finds; static batching's finished rows, still
+computed, are padding. Both come from the engine's one definition of slot states. `v` gives the whole
+panel to the timeline (tui.widgets.slot_timeline).
 """
 
 from __future__ import annotations
@@ -11,18 +13,14 @@ from rich.style import Style
 from rich.text import Text
 
 from batchtop.core_engine.engine.request import Phase
-from batchtop.core_engine.engine.snapshot import SlotView, StepSnapshot
+from batchtop.core_engine.engine.snapshot import SlotState, SlotView, StepSnapshot
 from batchtop.tui.frame import DashboardFrame
 from batchtop.tui.widgets.panel import Panel, Runs
-from batchtop.tui.widgets.slot_timeline import render_timeline
+from batchtop.tui.widgets.slot_look import GRID_GLYPH
+from batchtop.tui.widgets.slot_timeline import COMPACT_LABEL_WIDTH, render_compact_timeline, render_timeline
 
-GLYPH = {Phase.PREFILL: "▸", Phase.DECODE: "●", Phase.PADDING: "░", Phase.IDLE: "‖", Phase.EMPTY: "·"}
-WASTED = (Phase.EMPTY, Phase.IDLE, Phase.PADDING)
 DETAILED_WIDTH, MEDIUM_WIDTH, COMPACT_WIDTH = 34, 13, 3
-
-
-def is_bubble(slot: SlotView, snap: StepSnapshot) -> bool:
-    return slot.phase in WASTED and snap.num_waiting > 0 and slot.slot < snap.max_num_seqs
+MIN_TIMELINE_ROWS = 2  # below this, the grid keeps the panel to itself
 
 
 def progress(slot: SlotView) -> tuple[int, int]:
@@ -33,7 +31,6 @@ def progress(slot: SlotView) -> tuple[int, int]:
 
 
 class SlotsPanel(Panel):
-    MIN_INTERVAL_S = 0.3
     def __init__(self, *, id: str | None = "slots") -> None:
         super().__init__(id=id)
         self.timeline = False
@@ -42,9 +39,7 @@ class SlotsPanel(Panel):
         snap = frame.snapshot
         if snap is None:
             return None
-        if self.timeline:
-            return snap.step, snap.is_step, len(frame.timeline), self.timeline
-        return snap.slots, snap.num_waiting > 0, snap.max_num_seqs, self.timeline
+        return snap.slots, snap.slot_states(), snap.max_num_seqs, len(frame.timeline), snap.step, self.timeline
 
     def toggle_view(self) -> None:
         self.timeline = not self.timeline
@@ -58,79 +53,99 @@ class SlotsPanel(Panel):
         if snap is None:
             self.border_title = f"Slots · {view}"
             return
-        busy = sum(1 for s in snap.slots if s.phase in (Phase.PREFILL, Phase.DECODE))
-        bubbles = sum(1 for s in snap.slots if is_bubble(s, snap))
+        states = snap.slot_states()
+        busy, padding, bubbles = (states.count(s) for s in (SlotState.WORKING, SlotState.PADDING, SlotState.BUBBLE))
         self.border_title = f"Slots {busy}/{snap.max_num_seqs} busy · {view}"
-        self.border_subtitle = f"{bubbles} bubble{'s' * (bubbles != 1)}" if bubbles else "v: grid/timeline"
+        waste = [f"{n} {name}{'s' * (n != 1)}" for n, name in ((padding, "padding row"), (bubbles, "bubble")) if n]
+        self.border_subtitle = " · ".join(waste) if waste else "v: grid/timeline"
 
     def render(self) -> Text:
         frame = self.frame
         if frame is None or frame.snapshot is None:
             return self.placeholder("waiting for the first step…")
+        snap = frame.snapshot
         width, height = self.content_size.width, self.content_size.height
         if self.timeline:
-            return render_timeline(self, frame, width, height)
-        return self.render_grid(frame.snapshot, width, height)
+            return render_timeline(self, frame.timeline, len(snap.slots), width, height)
+        out = Runs()
+        grid_rows = self.render_grid(out, snap, width, height)
+        spare = height - grid_rows - 1  # one row for the timeline's caption
+        if spare >= MIN_TIMELINE_ROWS and frame.timeline:
+            steps = min(len(frame.timeline), max(1, width - COMPACT_LABEL_WIDTH))
+            out.newline()
+            out.add(f"─ last {steps} steps " .ljust(width, "─")[:width], self.style("muted"))
+            shown = render_compact_timeline(self, out, frame.timeline, len(snap.slots), width, spare)
+            if shown < len(snap.slots):
+                out.add(f"  +{len(snap.slots) - shown}", self.style("muted"))
+        return out.text()
 
-    def render_grid(self, snap: StepSnapshot, width: int, height: int) -> Text:
-        slots = snap.slots
+    def render_grid(self, out: Runs, snap: StepSnapshot, width: int, height: int) -> int:
+        """Draw the grid into out, as compact as the slots allow; returns the rows it took."""
+        slots, states = snap.slots, snap.slot_states()
         for cell_width, draw in ((DETAILED_WIDTH, self._detailed), (MEDIUM_WIDTH, self._medium),
                                  (COMPACT_WIDTH, self._compact)):
             cols = max(1, width // cell_width)
             if cols * max(1, height) >= len(slots) or cell_width == COMPACT_WIDTH:
                 break
         rows = -(-len(slots) // cols)
-        out = Runs()
+        # slot numbers run down, then across; at most two columns deep as long as it fits, so the
+        # rest of the panel is left to the timeline
         for r in range(min(rows, height)):
             if r:
                 out.newline()
             for c in range(cols):
-                i = c * rows + r  # column-major: slot numbers run down, then across
+                i = c * rows + r
                 if i < len(slots):
-                    draw(out, slots[i], snap, cell_width)
+                    draw(out, slots[i], states[i], cell_width)
         if rows > height:
             out.add(f"\n… {len(slots) - cols * height} more slots (widen the window)", self.style("muted"))
-        return out.text()
+            return height + 1
+        return rows
 
-    def _cell_style(self, slot: SlotView, snap: StepSnapshot) -> Style:
-        if is_bubble(slot, snap):
+    def _cell_style(self, slot: SlotView, state: SlotState) -> Style:
+        if state is SlotState.BUBBLE:
             return self.style("background", bgcolor_var="bubble", bold=True)
-        if slot.phase is Phase.EMPTY:
-            return self.style("slot-empty")
-        if slot.phase is Phase.PADDING:
+        if state is SlotState.PADDING:
             return self.style("phase-padding")
+        if state is SlotState.FREE:
+            return self.style("slot-empty")
         return self.request_style(slot.index, bold=slot.phase is Phase.PREFILL)
 
-    def _bar(self, out: Runs, slot: SlotView, length: int) -> None:
+    def _bar(self, out: Runs, slot: SlotView, state: SlotState, length: int) -> None:
         done, total = progress(slot)
+        pad = slot.num_prompt_padding
+        if pad:  # a padded prompt: its pad tokens show ahead of the prompt, in their own colour
+            padded = round(length * pad / (pad + total))
+            out.add("▒" * padded, self.style("prompt-pad"))
+            length -= padded
         filled = round(length * done / total) if total else 0
-        fill = self.style("phase-padding") if slot.phase is Phase.PADDING else self.request_style(slot.index)
+        fill = self.style("phase-padding") if state is SlotState.PADDING else self.request_style(slot.index)
         out.add("█" * filled, fill)
         out.add("░" * (length - filled), self.style("slot-empty"))
 
-    def _detailed(self, out: Runs, slot: SlotView, snap: StepSnapshot, width: int) -> None:
-        style = self._cell_style(slot, snap)
+    def _detailed(self, out: Runs, slot: SlotView, state: SlotState, width: int) -> None:
+        style = self._cell_style(slot, state)
         out.add(f"{slot.slot:>3} ", self.style("muted"))
-        if slot.phase is Phase.EMPTY:
-            label = "bubble: idle, queue waiting" if is_bubble(slot, snap) else "empty"
-            out.add(f"{GLYPH[slot.phase]} {label:<{width - 7}.{width - 7}}", style)
+        if slot.request_id is None:
+            label = "bubble: idle, queue waiting" if state is SlotState.BUBBLE else "empty"
+            out.add(f"{GRID_GLYPH[slot.phase]} {label:<{width - 7}.{width - 7}}", style)
             out.add(" ")
             return
         done, total = progress(slot)
-        out.add(f"{GLYPH[slot.phase]} {slot.request_id:<8.8}", style)
+        out.add(f"{GRID_GLYPH[slot.phase]} {slot.request_id:<8.8}", style)
         out.add(" ")
-        self._bar(out, slot, 8)
+        self._bar(out, slot, state, 8)
         out.add(f" {done:>4}/{total:<4}" + " " * (width - 4 - 10 - 1 - 8 - 10), self.style("foreground"))
 
-    def _medium(self, out: Runs, slot: SlotView, snap: StepSnapshot, width: int) -> None:
-        style = self._cell_style(slot, snap)
-        if slot.phase is Phase.EMPTY:
-            out.add(f"{GLYPH[slot.phase]}{'':<{width - 2}}", style)
+    def _medium(self, out: Runs, slot: SlotView, state: SlotState, width: int) -> None:
+        style = self._cell_style(slot, state)
+        if slot.request_id is None:
+            out.add(f"{GRID_GLYPH[slot.phase]}{'':<{width - 2}}", style)
         else:
-            out.add(f"{GLYPH[slot.phase]}{slot.request_id:<6.6}", style)
-            self._bar(out, slot, width - 8)
+            out.add(f"{GRID_GLYPH[slot.phase]}{slot.request_id:<6.6}", style)
+            self._bar(out, slot, state, width - 8)
         out.add(" ")
 
-    def _compact(self, out: Runs, slot: SlotView, snap: StepSnapshot, width: int) -> None:
-        out.add(GLYPH[slot.phase] * (width - 1), self._cell_style(slot, snap))
+    def _compact(self, out: Runs, slot: SlotView, state: SlotState, width: int) -> None:
+        out.add(GRID_GLYPH[slot.phase] * (width - 1), self._cell_style(slot, state))
         out.add(" ")

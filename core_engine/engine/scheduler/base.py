@@ -1,8 +1,9 @@
 """The scheduler's mechanics, shared by both policies: queues, slots, budgets, preemption.
 
-A policy (continuous.py, static.py) only decides two things: when waiting sequences may be admitted,
-and whether a finished sequence leaves its slot at once or stays as padding until its batch ends.
-Keeping the state here lets the mode flip between steps without losing or copying anything.
+A policy (continuous.py, static.py) decides when and how waiting sequences are admitted, whether a
+step is held to the token budget, and whether a finished sequence leaves its slot at once or stays
+as padding until its batch ends. Keeping the state here lets the mode flip between steps without
+losing or copying anything.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from typing import Protocol
 
 from batchtop.core_engine.engine.kv_cache import BlockManager
 from batchtop.core_engine.engine.request import FinishReason, Sequence, SeqStatus
+from batchtop.core_engine.engine.wait_reason import WaitReason
 
 ADMISSION_WATERMARK = 0.01  # keep 1% of blocks free when admitting beside others (vLLM does too)
 
@@ -22,13 +24,20 @@ class SchedulerOutput:
     """One step's plan: who runs how many tokens, and what changed to make room."""
 
     scheduled: list[tuple[Sequence, int]] = field(default_factory=list)  # decodes first, then prefill chunks
-    padding: list[Sequence] = field(default_factory=list)  # static batching's finished rows, from leftover budget
+    padding: list[Sequence] = field(default_factory=list)  # static batching's finished rows, still computed
+    prompt_padding: list[tuple[Sequence, int]] = field(default_factory=list)  # static: pad tokens left of a prompt
     admitted: list[Sequence] = field(default_factory=list)
     preempted: list[Sequence] = field(default_factory=list)
+    token_budget: int | None = None  # the budget this step was held to; None: a static step, unbudgeted
+    wait_reason: WaitReason | None = None  # why the head of the queue still waits after this plan
+
+    @property
+    def num_prompt_padding(self) -> int:
+        return sum(n for _, n in self.prompt_padding)
 
     @property
     def num_tokens(self) -> int:
-        return sum(n for _, n in self.scheduled) + len(self.padding)
+        return sum(n for _, n in self.scheduled) + len(self.padding) + self.num_prompt_padding
 
     @property
     def is_empty(self) -> bool:
@@ -37,13 +46,11 @@ class SchedulerOutput:
 
 class SchedulingPolicy(Protocol):
     name: str
-    keeps_finished: bool  # True: a finished sequence stays as computed padding until its batch ends
+    keeps_finished: bool  # a finished sequence stays as computed padding until its batch ends
+    budgeted: bool  # steps are held to max_num_batched_tokens (chunked prefill)
 
-    def admission_open(self, scheduler: Scheduler) -> bool:
-        """May waiting sequences be admitted at this step?"""
-
-    def admits_without_budget(self) -> bool:
-        """Does an admitted sequence take its slot even when this step has no tokens left for it?"""
+    def admit(self, scheduler: Scheduler, out: SchedulerOutput, budget: int | None) -> None:
+        """Move waiting sequences into slots for this step, or set out.wait_reason saying why not."""
 
 
 class Scheduler:
@@ -59,6 +66,7 @@ class Scheduler:
         self.waiting: deque[Sequence] = deque()
         self.running: list[Sequence] = []  # admission order: oldest first, so the newest is preempted first
         self._used_slots: set[int] = set()
+        self.wait_reason: WaitReason | None = None  # from the latest plan; views between steps show it
 
     # -- queue management ---------------------------------------------------------------------
     def add(self, seq: Sequence) -> None:
@@ -74,19 +82,24 @@ class Scheduler:
 
     # -- the per-step plan --------------------------------------------------------------------
     def schedule(self) -> SchedulerOutput:
-        out = SchedulerOutput()
+        budget = self.max_num_batched_tokens if self.policy.budgeted else None
+        out = SchedulerOutput(token_budget=budget)
         if not self.policy.keeps_finished:
             for seq in [s for s in self.running if s.padding]:  # the mode flipped to continuous
                 self._release(seq)
-        budget = self.max_num_batched_tokens
         budget = self._schedule_decodes(out, budget)
         budget = self._schedule_prefills(out, budget)
-        budget = self._schedule_padding(out, budget)  # last: garbage rows never starve real work
-        if self.policy.admission_open(self) and not out.preempted:  # never readmit a victim at once
-            self._admit(out, budget)
+        out.padding = [s for s in self.running if s.padding]  # computed whatever the budget, as generate() does
+        if out.preempted and self.waiting:
+            out.wait_reason = WaitReason.preempted()  # never readmit a victim in the step that evicted it
+        else:
+            self.policy.admit(self, out, budget)
+        if not self.waiting:
+            out.wait_reason = None
+        self.wait_reason = out.wait_reason
         return out
 
-    def _schedule_decodes(self, out: SchedulerOutput, budget: int) -> int:
+    def _schedule_decodes(self, out: SchedulerOutput, budget: int | None) -> int | None:
         for seq in [s for s in self.running if not s.padding and not s.is_prefill]:
             if budget == 0:
                 break
@@ -102,49 +115,36 @@ class Scheduler:
             if seq.status is SeqStatus.RUNNING:
                 self.block_manager.grow(seq, need)
                 out.scheduled.append((seq, 1))
-                budget -= 1
+                budget = None if budget is None else budget - 1
         return budget
 
-    def _schedule_padding(self, out: SchedulerOutput, budget: int) -> int:
-        for seq in self.running:
-            if budget == 0:
-                break
-            if seq.padding:
-                out.padding.append(seq)
-                budget -= 1
-        return budget
-
-    def _schedule_prefills(self, out: SchedulerOutput, budget: int) -> int:
+    def _schedule_prefills(self, out: SchedulerOutput, budget: int | None) -> int | None:
         for seq in self.running:
             if budget == 0:
                 break
             if seq.status is SeqStatus.RUNNING and not seq.padding and seq.is_prefill:
-                chunk = min(seq.num_uncomputed, budget)
-                out.scheduled.append((seq, chunk))
-                budget -= chunk
+                budget = self.schedule_chunk(out, seq, budget)
         return budget
 
-    def _admit(self, out: SchedulerOutput, budget: int) -> None:
-        takes_slot_without_budget = self.policy.admits_without_budget()
-        while self.waiting and len(self.running) < self.max_num_seqs:
-            if budget == 0 and not takes_slot_without_budget:
-                break
-            seq = self.waiting[0]
-            # Reserve the whole (re)prefill up front: chunks of one prompt never race each other.
-            need = self.block_manager.blocks_needed(seq, seq.num_tokens)
-            reserve = int(ADMISSION_WATERMARK * self.allocator.num_blocks) if self.running else 0
-            if not self.allocator.can_allocate(need + reserve):
-                break  # FCFS: the head waits for space; nobody overtakes it
-            self.waiting.popleft()
-            self.block_manager.grow(seq, seq.num_tokens)
-            seq.status = SeqStatus.RUNNING
-            seq.slot = self._take_slot()
-            self.running.append(seq)
-            out.admitted.append(seq)
-            if budget > 0:
-                chunk = min(seq.num_uncomputed, budget)
-                out.scheduled.append((seq, chunk))
-                budget -= chunk
+    def schedule_chunk(self, out: SchedulerOutput, seq: Sequence, budget: int | None) -> int | None:
+        """The rest of seq's prompt, or as much as the budget allows (chunked prefill)."""
+        chunk = seq.num_uncomputed if budget is None else min(seq.num_uncomputed, budget)
+        out.scheduled.append((seq, chunk))
+        return None if budget is None else budget - chunk
+
+    def admission_watermark(self) -> int:
+        """Blocks kept free when admitting beside running sequences, so they can still grow."""
+        return int(ADMISSION_WATERMARK * self.allocator.num_blocks) if self.running else 0
+
+    def admit_head(self, out: SchedulerOutput, kv_tokens: int) -> Sequence:
+        """Give the head of the queue a slot and KV blocks for kv_tokens of its tokens."""
+        seq = self.waiting.popleft()
+        self.block_manager.grow(seq, kv_tokens)
+        seq.status = SeqStatus.RUNNING
+        seq.slot = self._take_slot()
+        self.running.append(seq)
+        out.admitted.append(seq)
+        return seq
 
     # -- state changes after the forward ------------------------------------------------------
     def finish(self, seq: Sequence, reason: FinishReason) -> None:
@@ -213,6 +213,7 @@ class Scheduler:
         self.waiting.clear()
         self.running.clear()
         self._used_slots.clear()
+        self.wait_reason = None
 
     def check_invariants(self) -> None:
         """I2-I4 of the reliability checklist; raises AssertionError on the first violation."""
