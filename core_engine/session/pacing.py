@@ -1,16 +1,16 @@
 """Pace a trace's arrivals to the engine's measured capacity, so the default run keeps most slots busy.
 
 The bundled trace was recorded on a GPU cluster; played at its own pace on a small CPU it either
-floods the engine or leaves most slots empty. Instead, a few real steps measure what one decode step
-and one prompt token cost here, and Little's law gives the arrival rate that keeps
-`target` of the slots busy under continuous batching:
+floods the engine or leaves most slots empty. Instead, a short closed-loop run measures the real
+engine at the target concurrency — `target` x max_num_seqs requests in flight, drawn from the
+workload itself, each replaced as it finishes, so its steps mix prefill chunks and decodes as the
+real run will. By Little's law, the arrival rate that keeps that many requests in the system is the
+rate at which that loop completes them:
 
-    busy slots = rate x seconds a request holds a slot
-    seconds held = mean output tokens x step time,  step time = t_decode / (1 - c x rate x mean prompt)
-  => rate = target x slots / (mean output x t_decode + target x slots x c x mean prompt)
+    rate = (tokens generated per second in the loop) / (mean output tokens per request)
 
-where t_decode is a decode step at the target batch and c the cost of one prompt token. Static
-batching gets about a third of that throughput here, so pressing `s` visibly grows the queue.
+and the trace is played at that rate. Static batching gets about a third of that throughput here, so
+pressing `s` visibly grows the queue.
 """
 
 from __future__ import annotations
@@ -22,46 +22,55 @@ from batchtop.core_engine.engine.engine import Engine
 from batchtop.core_engine.engine.request import Request
 
 TARGET_SLOT_UTILIZATION = 0.8
-DECODE_STEPS = 6  # measured decode steps (the first after the prefill is skipped: warm-up)
+PROBE_BUDGET_S = 6.0  # the most step time the probe may take (a slow device measures less)
 
 
 @dataclass(frozen=True, slots=True)
 class Pace:
     time_scale: float  # multiplies the trace's arrival times
     target: float  # share of slots meant to be busy
-    decode_step_s: float  # measured at `batch` sequences
-    prompt_token_s: float  # measured cost of one prompt token
-    batch: int
+    concurrency: int  # requests kept in flight while measuring
+    tokens_per_s: float  # generated at that concurrency, measured
+    steps: int
 
     @property
     def speed(self) -> float:
         """How much faster than recorded the trace plays."""
-        return 1.0 / self.time_scale if self.time_scale else float("inf")
+        return 1.0 / self.time_scale
 
     def describe(self) -> str:
         return (f"trace at {self.speed:.2g}x its recorded pace, for ~{100 * self.target:.0f}% busy slots "
-                f"(decode step {1e3 * self.decode_step_s:.0f} ms at {self.batch} sequences, "
-                f"{1e3 * self.prompt_token_s:.2f} ms per prompt token, measured)")
+                f"({self.tokens_per_s:.0f} tok/s measured with {self.concurrency} requests in flight, "
+                f"{self.steps} steps)")
 
 
-def measure_step_costs(engine: Engine, requests: list[Request], batch: int) -> tuple[float, float]:
-    """(decode step seconds at `batch` rows, seconds per prompt token), from real steps on a scratch
-    engine that shares the model; it leaves nothing behind in `engine`."""
-    probe = Engine(engine.config.with_(mode="continuous", max_num_seqs=batch), runner=engine.runner)
-    sample = [Request(f"pace{i}", r.prompt_token_ids, DECODE_STEPS + 2) for i, r in enumerate(requests[:batch])]
-    probe.load_workload(sample)
-    prefill_time, prefill_tokens, decode_times = 0.0, 0, []
-    while not probe.is_done():
+def measure_throughput(engine: Engine, requests: list[Request], concurrency: int,
+                       budget_s: float = PROBE_BUDGET_S) -> tuple[float, int]:
+    """(generated tokens per second of step time, steps measured) of a closed loop at `concurrency`
+    in its steady state, on a scratch engine sharing the model; it leaves nothing behind in `engine`.
+
+    Every probe request has the workload's mean prompt and output lengths, and the first wave's
+    outputs are staggered (1/N, 2/N, ... of the mean), so slots free up evenly from the start, as
+    they do in a long run, instead of all at once: a step then carries about `concurrency` decodes
+    plus the prefill of the requests refilling freed slots, the mix the real run will see."""
+    prompt_len = max(1, round(statistics.fmean(r.prompt_len for r in requests)))
+    output_len = max(2, round(statistics.fmean(r.max_tokens for r in requests)))
+    ids = [t for r in requests for t in r.prompt_token_ids][:prompt_len]
+    prompt = tuple(ids * (prompt_len // len(ids) + 1))[:prompt_len]
+    first_wave = [max(1, round(output_len * (i + 1) / concurrency)) for i in range(concurrency)]
+    lengths = first_wave + [output_len] * (2 * concurrency)
+    probe = Engine(engine.config.with_(mode="continuous", max_num_seqs=concurrency), runner=engine.runner)
+    probe.load_workload([Request(f"pace{i}", prompt, n) for i, n in enumerate(lengths)])
+    busy, generated, steps, before = 0.0, 0, 0, 0
+    while not probe.is_done() and steps < output_len and busy < budget_s:
         snap = probe.step()
-        if snap.num_prefill_tokens:
-            prefill_time += snap.step_time_s
-            prefill_tokens += snap.num_prefill_tokens
-        elif snap.is_step and snap.num_seqs == len(sample):
-            decode_times.append(snap.step_time_s)
-    decode = statistics.median(decode_times[1:] or decode_times)
-    # a prefill step also carries the decode rows' fixed cost (the weights are read once either way)
-    per_token = max(0.0, prefill_time - decode) / max(1, prefill_tokens)
-    return decode, per_token
+        tokens, before = snap.counters.generated_tokens - before, snap.counters.generated_tokens
+        if snap.counters.completed == 0:
+            continue  # the first wave's own prefill, all at once, is not part of the steady state
+        busy += snap.step_time_s
+        generated += tokens
+        steps += 1
+    return (generated / busy if busy else 0.0), steps
 
 
 def pace(engine: Engine, requests: list[Request], target: float = TARGET_SLOT_UTILIZATION) -> Pace | None:
@@ -70,14 +79,13 @@ def pace(engine: Engine, requests: list[Request], target: float = TARGET_SLOT_UT
     span = max(arrivals) - min(arrivals)
     if span <= 0 or len(requests) < 2:
         return None
-    slots = engine.config.max_num_seqs
-    batch = max(1, min(len(requests), round(target * slots)))
-    decode_s, token_s = measure_step_costs(engine, requests, batch)
-    mean_out = statistics.fmean(r.max_tokens for r in requests)
-    mean_prompt = statistics.fmean(r.prompt_len for r in requests)
-    rate = target * slots / (mean_out * decode_s + target * slots * token_s * mean_prompt)
+    concurrency = max(1, min(len(requests), round(target * engine.config.max_num_seqs)))
+    tokens_per_s, steps = measure_throughput(engine, requests, concurrency)
+    if tokens_per_s <= 0:
+        return None
+    rate = tokens_per_s / statistics.fmean(r.max_tokens for r in requests)
     recorded_rate = (len(requests) - 1) / span
-    return Pace(recorded_rate / rate, target, decode_s, token_s, batch)
+    return Pace(recorded_rate / rate, target, concurrency, tokens_per_s, steps)
 
 
 def paced(requests: list[Request], time_scale: float) -> list[Request]:
