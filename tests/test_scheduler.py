@@ -195,3 +195,15 @@ def test_abort_of_unknown_or_finished_ids_does_nothing_and_abort_of_a_running_on
     assert engine.allocator.num_used_blocks < used
     engine.scheduler.check_invariants()
     assert_drained(engine)
+
+
+def test_abort_right_after_add_drops_the_request_before_it_arrives_and_only_real_aborts_are_recorded():
+    # A client that disconnects at once: its AddRequests and its Abort are applied in the same step.
+    engine = Engine(tiny_config())
+    engine.submit(control.AddRequests((Request("gone", (1, 2, 3), 20),)))
+    engine.submit(control.Abort("gone"))
+    engine.submit(control.Abort("never-seen"))
+    snap = engine.step()
+    assert snap.controls == (("burst", 1), ("abort", "gone"))
+    assert not snap.arrived and engine.is_done() and engine.counters.submitted == 0
+    assert_drained(engine)

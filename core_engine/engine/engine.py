@@ -131,7 +131,9 @@ class Engine:
             if seq is not None:
                 self._live.pop(seq.id, None)
                 self.runner.sampler.forget(seq)
-            self.step_controls.append(("abort", cmd.request_id))
+            # an abort right after its AddRequests finds the request still in the arrival queue
+            if seq is not None or self._arrivals.remove(cmd.request_id):
+                self.step_controls.append(("abort", cmd.request_id))
         elif isinstance(cmd, control.Reset):
             self.reset()
             self.step_controls.append(("reset", None))
