@@ -207,3 +207,17 @@ def test_abort_right_after_add_drops_the_request_before_it_arrives_and_only_real
     assert snap.controls == (("burst", 1), ("abort", "gone"))
     assert not snap.arrived and engine.is_done() and engine.counters.submitted == 0
     assert_drained(engine)
+
+
+def test_requests_added_with_a_receipt_time_count_their_wait_from_it_under_their_source_label(clock):
+    # A server hands requests over between steps: the time they waited for the step to end is
+    # part of their queue time and TTFT, as a client sees it.
+    engine = Engine(tiny_config(), clock=clock)
+    engine.load_workload([Request("w", (1, 2), 50)])
+    engine.step()
+    received = engine.now()
+    clock.advance(0.25)  # the step in flight when the request came
+    engine.submit(control.AddRequests((Request("c", (1, 2, 3), 2),), source="http", arrival_s=received))
+    snap = engine.step()
+    assert ("http", 1) in snap.controls
+    assert [(a.request_id, a.arrival_s) for a in snap.arrived] == [("c", received)]

@@ -124,8 +124,8 @@ class Engine:
             self.scheduler.max_num_seqs = validate_max_num_seqs(cmd.value)
             self.step_controls.append(("max_num_seqs", cmd.value))
         elif isinstance(cmd, control.AddRequests):
-            self._arrivals.push(cmd.requests, self.now())
-            self.step_controls.append(("burst", len(cmd.requests)))
+            self._arrivals.push(cmd.requests, self.now() if cmd.arrival_s is None else cmd.arrival_s)
+            self.step_controls.append((cmd.source, len(cmd.requests)))
         elif isinstance(cmd, control.Abort):
             seq = self.scheduler.abort(cmd.request_id)
             if seq is not None:
