@@ -221,3 +221,17 @@ def test_requests_added_with_a_receipt_time_count_their_wait_from_it_under_their
     snap = engine.step()
     assert ("http", 1) in snap.controls
     assert [(a.request_id, a.arrival_s) for a in snap.arrived] == [("c", received)]
+
+
+def test_each_step_carries_the_tokens_it_sampled_and_together_they_are_every_output():
+    engine = Engine(tiny_config(num_kv_blocks=16))  # a small pool: preempted sequences keep their tokens
+    outputs, snaps, _ = run_all(engine, make_requests(8, seed=5, prompt=(8, 16), output=(10, 20)))
+    streamed: dict[str, list[int]] = {}
+    generated = 0
+    for snap in snaps:
+        assert len(snap.new_tokens) == snap.counters.generated_tokens - generated
+        generated = snap.counters.generated_tokens
+        for rid, token in snap.new_tokens:
+            streamed.setdefault(rid, []).append(token)
+    assert any(s.preempted for s in snaps)
+    assert {rid: tuple(t) for rid, t in streamed.items()} == outputs

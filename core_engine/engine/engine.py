@@ -182,7 +182,8 @@ class Engine:
         t_end = self._clock()
         times = StepTimes(t_end - t_start, t_sched - t_start, t_prep - t_sched, t_fwd - t_prep)
         return self._publish(plan, finished, step=self.counters.steps, t=t_end - self._t0, times=times,
-                             cost=cost, occupants=occupants, num_prefill_tokens=num_prefill)
+                             cost=cost, occupants=occupants, num_prefill_tokens=num_prefill,
+                             new_tokens=tuple((seq.id, token) for seq, token in sampled))
 
     def _postprocess(self, plan: SchedulerOutput, sampled: list[tuple[Sequence, int]]) -> list[FinishedRequest]:
         now = self.now()
