@@ -1,0 +1,80 @@
+"""The hub between the engine thread and the event loop: no step of added latency, one wake-up per step."""
+
+from __future__ import annotations
+
+import asyncio
+
+from batchtop.core_engine.engine import control
+from batchtop.core_engine.engine.engine import Engine
+from batchtop.core_engine.engine.request import Request
+from batchtop.core_engine.serving.hub import RequestHub
+from batchtop.core_engine.session.session import Session
+from tests.conftest import tiny_config
+
+
+def make_hub() -> tuple[Engine, Session, RequestHub]:
+    engine = Engine(tiny_config())
+    session = Session(engine, [])
+    hub = RequestHub(engine, wake=lambda: None)
+    session.listeners.append(hub)
+    hub.bind(asyncio.get_running_loop())
+    return engine, session, hub
+
+
+def step(engine: Engine, session: Session) -> None:
+    """What the engine thread does: one step, then its listeners."""
+    session.after_step(engine.step())
+
+
+async def test_each_token_reaches_its_stream_before_the_engine_takes_another_step():
+    engine, session, hub = make_hub()
+    stream = hub.submit(Request("r", (1, 2, 3), 3))
+    for n in range(1, 4):
+        await asyncio.to_thread(step, engine, session)
+        event = await asyncio.wait_for(stream.queue.get(), 5)  # no further step is needed to get it
+        assert engine.counters.steps == n and len(event.token_ids) == 1
+    assert event.finish_reason == "length" and hub.num_in_flight == 0
+
+
+async def test_the_engine_thread_wakes_the_loop_once_per_step_however_many_streams_it_feeds(monkeypatch):
+    engine, session, hub = make_hub()
+    streams = [hub.submit(Request(f"r{i}", (1, 2, 3), 4)) for i in range(4)]
+    loop = asyncio.get_running_loop()
+    calls = []
+    original = loop.call_soon_threadsafe
+    monkeypatch.setattr(loop, "call_soon_threadsafe", lambda *a: (calls.append(a), original(*a))[1])
+    await asyncio.to_thread(step, engine, session)
+    await asyncio.to_thread(step, engine, session)
+    assert [fn for fn, *_ in calls if getattr(fn, "__self__", None) is hub] == [hub._deliver] * 2
+    for stream in streams:
+        assert [len((await stream.queue.get()).token_ids) for _ in range(2)] == [1, 1]
+
+
+async def test_a_reset_from_the_dashboard_ends_in_flight_streams_with_503():
+    engine, session, hub = make_hub()
+    stream = hub.submit(Request("r", (1, 2, 3), 30))
+    await asyncio.to_thread(step, engine, session)
+    assert (await stream.queue.get()).token_ids
+    engine.submit(control.Reset())
+    engine.apply_pending()
+    session.after_step(engine.snapshot())
+    event = await asyncio.wait_for(stream.queue.get(), 5)
+    assert event.error.status == 503 and "reset" in event.error.message and hub.num_in_flight == 0
+
+
+def test_a_closed_event_loop_never_stops_the_engine_thread():
+    engine = Engine(tiny_config())
+    session = Session(engine, [])
+    hub = RequestHub(engine, wake=lambda: None)
+    session.listeners.append(hub)
+    loop = asyncio.new_event_loop()
+    hub.bind(loop)
+    stream = loop.run_until_complete(_submit(hub))
+    loop.close()  # the server went away first
+    step(engine, session)
+    session.close("quit")
+    assert stream.queue.empty()
+
+
+async def _submit(hub: RequestHub):
+    return hub.submit(Request("r", (1, 2), 5))
