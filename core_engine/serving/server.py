@@ -44,6 +44,10 @@ class _Uvicorn(uvicorn.Server):
         super().__init__(config)
         self.owner = owner
 
+    async def serve(self, sockets=None) -> None:
+        self.owner.bind_loop(asyncio.get_running_loop())
+        await super().serve(sockets)
+
     @contextlib.contextmanager
     def capture_signals(self):
         if threading.current_thread() is not threading.main_thread():
@@ -81,13 +85,12 @@ class Server:
     def run(self) -> None:
         """Serve on this (the main) thread until a signal or shutdown() stops it."""
         try:
-            asyncio.run(self._serve())
+            self._uvicorn.run(sockets=[self.sock])  # uvloop and httptools when installed, as uvicorn picks
         finally:
             self.stopped.set()
 
-    async def _serve(self) -> None:
-        self._loop = asyncio.get_running_loop()
-        await self._uvicorn.serve(sockets=[self.sock])
+    def bind_loop(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._loop = loop
 
     def start_in_thread(self, ready_timeout_s: float = 10.0) -> None:
         """Serve on a thread of its own (beside the dashboard, or in tests); returns once it answers."""
