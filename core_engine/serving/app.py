@@ -7,8 +7,8 @@ graceful shutdown) is what clients of vLLM already meet; pydantic gives field-na
 from __future__ import annotations
 
 import asyncio
+import itertools
 import time
-import uuid
 from contextlib import asynccontextmanager
 
 from fastapi import FastAPI, Request
@@ -30,6 +30,7 @@ def create_app(model: ServedModel, hub: RequestHub, metrics: VllmMetrics, *, api
                max_body_bytes: int = MAX_BODY_BYTES) -> FastAPI:
     responder = Responder(hub, model, metrics)
     started = int(time.time())
+    numbers = itertools.count(1)  # short ids: the panels show them (unique for the server's life)
 
     @asynccontextmanager
     async def lifespan(_: FastAPI):
@@ -61,7 +62,7 @@ def create_app(model: ServedModel, hub: RequestHub, metrics: VllmMetrics, *, api
         body.check_supported()
         model.check_name(body.model)
         prompt = completion_prompt(body, model)
-        request = engine_request(f"cmpl-{uuid.uuid4().hex}", prompt, body, body.max_tokens, model)
+        request = engine_request(f"cmpl-{next(numbers)}", prompt, body, body.max_tokens, model)
         return await answer(COMPLETION, body, request, raw)
 
     @app.post("/v1/chat/completions")
@@ -69,7 +70,7 @@ def create_app(model: ServedModel, hub: RequestHub, metrics: VllmMetrics, *, api
         body.check_supported()
         model.check_name(body.model)
         prompt = chat_prompt(body, model)
-        request = engine_request(f"chatcmpl-{uuid.uuid4().hex}", prompt, body, body.requested_max_tokens, model)
+        request = engine_request(f"chat-{next(numbers)}", prompt, body, body.requested_max_tokens, model)
         return await answer(CHAT, body, request, raw)
 
     @app.get("/v1/models")
