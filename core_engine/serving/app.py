@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import time
+from collections.abc import Callable
 from contextlib import asynccontextmanager
 
 from fastapi import FastAPI, Request
@@ -23,7 +24,6 @@ from batchtop.core_engine.serving.prompts import ServedModel, chat_prompt, compl
 from batchtop.core_engine.serving.protocol import APIError, ChatBody, CompletionBody, SamplingBody, validation_error
 from batchtop.core_engine.serving.responses import CHAT, COMPLETION, Shape
 from batchtop.core_engine.serving.streaming import CLIENT_CLOSED_REQUEST, Responder, unless_disconnected
-from batchtop.core_engine.engine.request import Request as EngineRequest
 
 
 def create_app(model: ServedModel, hub: RequestHub, metrics: VllmMetrics, *, api_key: str | None = None,
@@ -49,7 +49,11 @@ def create_app(model: ServedModel, hub: RequestHub, metrics: VllmMetrics, *, api
         error = validation_error(list(exc.errors()))
         return JSONResponse(error.body(), error.status)
 
-    async def answer(shape: Shape, body: SamplingBody, request: EngineRequest, raw: Request) -> Response:
+    async def answer(shape: Shape, body: SamplingBody, prompt: Callable[[], tuple[int, ...]],
+                     max_tokens: int | None, raw: Request) -> Response:
+        body.check_supported()
+        model.check_name(body.model)
+        request = engine_request(f"{shape.id_prefix}-{next(numbers)}", prompt(), body, max_tokens, model)
         stream = hub.submit(request)
         if body.stream:
             return StreamingResponse(responder.stream(shape, stream, body), media_type="text/event-stream",
@@ -59,19 +63,11 @@ def create_app(model: ServedModel, hub: RequestHub, metrics: VllmMetrics, *, api
 
     @app.post("/v1/completions")
     async def completions(body: CompletionBody, raw: Request) -> Response:
-        body.check_supported()
-        model.check_name(body.model)
-        prompt = completion_prompt(body, model)
-        request = engine_request(f"cmpl-{next(numbers)}", prompt, body, body.max_tokens, model)
-        return await answer(COMPLETION, body, request, raw)
+        return await answer(COMPLETION, body, lambda: completion_prompt(body, model), body.max_tokens, raw)
 
     @app.post("/v1/chat/completions")
     async def chat_completions(body: ChatBody, raw: Request) -> Response:
-        body.check_supported()
-        model.check_name(body.model)
-        prompt = chat_prompt(body, model)
-        request = engine_request(f"chat-{next(numbers)}", prompt, body, body.requested_max_tokens, model)
-        return await answer(CHAT, body, request, raw)
+        return await answer(CHAT, body, lambda: chat_prompt(body, model), body.requested_max_tokens, raw)
 
     @app.get("/v1/models")
     async def models() -> dict:

@@ -28,6 +28,7 @@ class Shape:
     object: str
     chunk_object: str
     chat: bool
+    id_prefix: str  # of the request ids, which the panels show
 
     def response(self, rid: str, created: int, model: str, text: str, token_ids: list[int], finish_reason: str,
                  prompt_tokens: int) -> dict:
@@ -58,5 +59,5 @@ class Shape:
                 "usage": usage(prompt_tokens, completion_tokens)}
 
 
-COMPLETION = Shape("text_completion", "text_completion", chat=False)
-CHAT = Shape("chat.completion", "chat.completion.chunk", chat=True)
+COMPLETION = Shape("text_completion", "text_completion", chat=False, id_prefix="cmpl")
+CHAT = Shape("chat.completion", "chat.completion.chunk", chat=True, id_prefix="chat")
