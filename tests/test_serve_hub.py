@@ -1,12 +1,14 @@
-"""The hub between the engine thread and the event loop: no step of added latency, one wake-up per step."""
+"""The engine thread and the event loop: no step of added latency, one wake-up per step, no spinning."""
 
 from __future__ import annotations
 
 import asyncio
+import time
 
 from batchtop.core_engine.engine import control
 from batchtop.core_engine.engine.engine import Engine
 from batchtop.core_engine.engine.request import Request
+from batchtop.core_engine.serving.engine_loop import EngineLoop
 from batchtop.core_engine.serving.hub import RequestHub
 from batchtop.core_engine.session.session import Session
 from tests.conftest import tiny_config
@@ -78,3 +80,42 @@ def test_a_closed_event_loop_never_stops_the_engine_thread():
 
 async def _submit(hub: RequestHub):
     return hub.submit(Request("r", (1, 2), 5))
+
+
+class CountingListener:
+    def __init__(self) -> None:
+        self.snapshots = 0
+
+    def observe(self, snap) -> None:
+        self.snapshots += 1
+
+    def closed(self, reason: str, error: str | None) -> None:
+        pass
+
+
+def test_the_engine_loop_sleeps_when_there_is_no_work_and_wakes_for_a_request_or_an_arrival():
+    engine = Engine(tiny_config())
+    session = Session(engine, [Request("later", (1, 2), 2, arrival_s=0.3)])
+    counting = CountingListener()
+    session.listeners.append(counting)
+    turns = []
+    before_step = session.before_step
+    session.before_step = lambda: (turns.append(1), before_step())[1]  # one per turn of the loop
+    loop = EngineLoop(session)
+    loop.start()
+    try:
+        deadline = time.monotonic() + 5
+        while engine.counters.completed < 1 and time.monotonic() < deadline:  # the workload's arrival
+            time.sleep(0.01)
+        assert engine.counters.completed == 1
+        seen, turned = counting.snapshots, len(turns)
+        time.sleep(0.3)
+        assert counting.snapshots == seen and len(turns) <= turned + 1  # idle: asleep, not spinning
+        engine.submit(control.AddRequests((Request("now", (3,), 2),)))
+        loop.wake()
+        while engine.counters.completed < 2 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert engine.counters.completed == 2
+    finally:
+        loop.stop()
+    assert loop.done.is_set() and loop.error is None

@@ -49,13 +49,14 @@ class EngineLoop:
                 self.session.before_step()
                 if self.session.quit_requested:
                     break
-                if engine.is_done():
-                    self._wake.wait(idle_timeout)
-                    continue
-                snap = engine.step()
-                self.session.after_step(snap)
-                if not snap.is_step:  # only future arrivals left: sleep until the first, or until woken
-                    self._wake.wait(engine.seconds_until_next_arrival())
+                if not engine.is_done():
+                    snap = engine.step()
+                    self.session.after_step(snap)
+                    if snap.is_step:
+                        continue
+                # nothing to run: sleep until the next workload arrival, or until a request wakes us
+                until = engine.seconds_until_next_arrival()
+                self._wake.wait(idle_timeout if until is None else until)
             self.session.close("script quit" if self.session.quit_requested else "shutdown")
         except Exception as exc:  # the engine is dead: in-flight requests get 500, /health turns unhealthy
             self.error = f"{type(exc).__name__}: {exc}"

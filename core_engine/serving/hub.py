@@ -1,9 +1,9 @@
 """The bridge between the engine thread and the server's event loop.
 
-Requests go in through the engine's thread-safe command queue. What each step did to
-them comes back from the engine thread as ONE loop.call_soon_threadsafe per step, which fills each
-request's asyncio queue: the engine never waits on the loop, and a token reaches its stream as soon
-as the step that made it ends, not a step later.
+Requests go in through the engine's thread-safe command queue. What each step did to them comes
+back from the engine thread as ONE loop.call_soon_threadsafe per step, which fills each request's
+asyncio queue: the engine never waits on the loop, and a token reaches its stream as soon as the
+step that made it ends, not a step later.
 """
 
 from __future__ import annotations

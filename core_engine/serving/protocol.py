@@ -30,6 +30,9 @@ class APIError(Exception):
                           "param": self.param, "code": self.status}}
 
 
+SEED_RANGE = (-(1 << 63), (1 << 64) - 1)  # what torch.Generator.manual_seed accepts
+
+
 # field -> its neutral value(s): anything else asks for something the engine does not do
 UNSUPPORTED: dict[str, tuple] = {
     "n": (1,), "best_of": (1,), "logprobs": (False,), "top_logprobs": (0,), "echo": (False,), "suffix": (),
@@ -45,9 +48,6 @@ def _same(value: Any, option: Any) -> bool:
     if isinstance(value, (int, float)) and isinstance(option, (int, float)):
         return value == option
     return type(value) is type(option) and value == option
-
-
-SEED_RANGE = (-(1 << 63), (1 << 64) - 1)  # what torch.Generator.manual_seed accepts
 
 
 class StreamOptions(BaseModel):

@@ -73,11 +73,14 @@ class Server:
         config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="on",
                                 timeout_graceful_shutdown=grace_s + 5, **quiet_logs)
         if quiet:  # under the dashboard nothing may write to the terminal
-            logging.getLogger("uvicorn").propagate = False
-            logging.getLogger("uvicorn").addHandler(logging.NullHandler())
+            silent = logging.getLogger("uvicorn")
+            silent.propagate = False
+            if not silent.handlers:
+                silent.addHandler(logging.NullHandler())
         self._uvicorn = _Uvicorn(config, self)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._shutting_down = False
+        self._drain_task: asyncio.Task | None = None
         self._thread: threading.Thread | None = None
         self.signal: int | None = None  # the signal that stopped the server, if one did
         self.stopped = threading.Event()
@@ -109,11 +112,12 @@ class Server:
 
     def shutdown(self) -> None:
         """Thread-safe and idempotent: start the drain; the server stops once it is done."""
-        if self._shutting_down or self._loop is None:
-            self._shutting_down = True
-            self._uvicorn.should_exit = True  # not serving yet: nothing to drain
+        if self._shutting_down:
             return
         self._shutting_down = True
+        if self._loop is None:  # not serving yet: nothing to drain
+            self._uvicorn.should_exit = True
+            return
         with contextlib.suppress(RuntimeError):  # the loop has already closed
             self._loop.call_soon_threadsafe(self._start_drain)
 
