@@ -9,6 +9,7 @@ from batchtop.core_engine.engine import control
 from batchtop.core_engine.engine.engine import Engine
 from batchtop.core_engine.engine.request import Request
 from batchtop.core_engine.serving.engine_loop import EngineLoop
+from batchtop.core_engine.serving.exporter import VllmMetrics
 from batchtop.core_engine.serving.hub import RequestHub
 from batchtop.core_engine.session.session import Session
 from tests.conftest import tiny_config
@@ -52,16 +53,22 @@ async def test_the_engine_thread_wakes_the_loop_once_per_step_however_many_strea
         assert [len((await stream.queue.get()).token_ids) for _ in range(2)] == [1, 1]
 
 
-async def test_a_reset_from_the_dashboard_ends_in_flight_streams_with_503():
+async def test_a_reset_from_the_dashboard_ends_in_flight_streams_with_503_and_metrics_count_on():
     engine, session, hub = make_hub()
+    metrics = VllmMetrics(engine.config, "tiny")
+    session.listeners.append(metrics)
     stream = hub.submit(Request("r", (1, 2, 3), 30))
-    await asyncio.to_thread(step, engine, session)
-    assert (await stream.queue.get()).token_ids
+    for _ in range(3):
+        await asyncio.to_thread(step, engine, session)
+        assert (await stream.queue.get()).token_ids
     engine.submit(control.Reset())
     engine.apply_pending()
     session.after_step(engine.snapshot())
     event = await asyncio.wait_for(stream.queue.get(), 5)
     assert event.error.status == 503 and "reset" in event.error.message and hub.num_in_flight == 0
+    engine.submit(control.AddRequests((Request("after", (1,), 2),)))
+    await asyncio.to_thread(step, engine, session)
+    assert metrics.generation_tokens._value.get() == 3 + 1  # never back to 0: a counter only grows
 
 
 def test_a_closed_event_loop_never_stops_the_engine_thread():

@@ -108,7 +108,8 @@ class VllmMetrics:
 
     # -- Session listener (engine thread) -------------------------------------------------------
     def observe(self, snap: StepSnapshot) -> None:
-        if any(name == "reset" for name, _ in snap.controls):  # a fresh run: its counters start at 0 again
+        if any(name == "reset" for name, _ in snap.controls):
+            # a fresh run: the engine's counters restart at 0, Prometheus counters count on from here
             self._counters = Counters()
             self._arrival.clear()
             self._queued.clear()
@@ -151,8 +152,6 @@ class VllmMetrics:
 
     def _count(self, now: Counters) -> None:
         before, self._counters = self._counters, now
-        if now.generated_tokens < before.generated_tokens:  # a run restarted: Prometheus counters never go back
-            before = Counters()
         self.prompt_tokens.inc(now.prompt_tokens - before.prompt_tokens)
         self.generation_tokens.inc(now.generated_tokens - before.generated_tokens)
         self.preemptions.inc(now.preemptions - before.preemptions)
