@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import dataclasses
 import signal
+import socket
 import sys
 
+from batchtop.core_engine.measure.device_peaks import DevicePeaks
 from batchtop.core_engine.measure.telemetry import TelemetrySampler
 from batchtop.core_engine.serving.app import create_app
 from batchtop.core_engine.serving.engine_loop import EngineLoop
@@ -17,7 +19,7 @@ from batchtop.core_engine.serving.status_log import StatusLog
 from batchtop.core_engine.session.session import Session
 from batchtop.core_engine.torch_thread import call_in_thread
 from batchtop.tui.commands.headless import build_engine, load_peaks, note
-from batchtop.tui.commands.options import EXIT_ENGINE_FAILURE, bad_input_exits, build_setup
+from batchtop.tui.commands.options import EXIT_ENGINE_FAILURE, Setup, bad_input_exits, build_setup, workload_info
 
 EXIT_SIGTERM = 128 + signal.SIGTERM
 
@@ -38,7 +40,8 @@ def run_serve(opts: dict, serve: ServeOptions) -> None:
     with bad_input_exits():
         setup = build_setup(opts)
         if opts["workload_path"] is None:  # a server's requests come from its clients
-            setup = dataclasses.replace(setup, requests=[], spec=dataclasses.replace(setup.spec, path="none"))
+            setup = dataclasses.replace(setup, requests=[],
+                                        spec=dataclasses.replace(setup.spec, path="none", auto_pace=False))
         sock = bind_socket(serve.host, serve.port)  # before the model loads: a taken port fails at once
     engine, peaks = call_in_thread(lambda: (build_engine(setup), load_peaks(setup)))
     session = setup.open_session(engine, peaks)
@@ -47,10 +50,11 @@ def run_serve(opts: dict, serve: ServeOptions) -> None:
     session.listeners.append(metrics)
     if serve.headless:
         sys.exit(_headless(session, model, metrics, sock, serve))
-    sys.exit(_dashboard(session, model, metrics, sock, serve, peaks, setup.requests))
+    sys.exit(_dashboard(session, model, metrics, sock, serve, peaks, setup))
 
 
-def _headless(session: Session, model: ServedModel, metrics: VllmMetrics, sock, serve: ServeOptions) -> int:
+def _headless(session: Session, model: ServedModel, metrics: VllmMetrics, sock: socket.socket,
+              serve: ServeOptions) -> int:
     loop = EngineLoop(session)
     hub = RequestHub(session.engine, wake=loop.wake, max_waiting=serve.max_waiting)
     session.listeners.append(hub)
@@ -72,19 +76,22 @@ def _headless(session: Session, model: ServedModel, metrics: VllmMetrics, sock, 
     return EXIT_SIGTERM if server.signal == signal.SIGTERM else 0
 
 
-def _dashboard(session: Session, model: ServedModel, metrics: VllmMetrics, sock, serve: ServeOptions, peaks,
-               requests) -> int:
+def _dashboard(session: Session, model: ServedModel, metrics: VllmMetrics, sock: socket.socket, serve: ServeOptions,
+               peaks: DevicePeaks, setup: Setup) -> int:
     from batchtop.tui.bridge import EngineBridge  # Textual loads only here, never on the headless path
     from batchtop.tui.serve_app import ServeApp
+    from batchtop.tui.widgets.waiting import arrivals_label
 
-    bridge = EngineBridge(session.engine, requests, session=session, serving=True)
+    bridge = EngineBridge(session.engine, setup.requests, session=session, serving=True)
     hub = RequestHub(session.engine, wake=bridge.wake, max_waiting=serve.max_waiting)
     session.listeners.append(hub)
     server = Server(create_app(model, hub, metrics, api_key=serve.api_key), hub, sock, grace_s=serve.shutdown_grace,
                     quiet=True)
     server.start_in_thread()
     config = session.engine.config
-    app = ServeApp(bridge, config, peaks, telemetry=TelemetrySampler(config.device), theme=serve.theme, url=server.url)
+    arrivals = arrivals_label(workload_info(setup.spec, setup.requests)) if setup.requests else ""
+    app = ServeApp(bridge, config, peaks, telemetry=TelemetrySampler(config.device), theme=serve.theme,
+                   arrivals=arrivals, url=server.url)
     code = app.run()
     server.shutdown()  # the engine thread has stopped and ended what was in flight
     server.join()
