@@ -49,13 +49,17 @@ class Responder:
                 self.metrics.delivery.observe(time.perf_counter() - event.sent_at)
                 yield sse(shape.chunk(*head, piece, event.token_ids, finish, body.include_usage))
                 if text.stopped:
-                    self.metrics.stopped_by_string(stream.id)
+                    self._stopped(stream)
                     break
             if body.include_usage and not failed:
                 yield sse(shape.usage_chunk(*head, stream.request.prompt_len, stream.num_output_tokens))
             yield DONE
         finally:
             self.hub.release(stream)
+
+    def _stopped(self, stream: RequestStream) -> None:
+        if not stream.ended:  # the engine still runs it: the abort its release sends counts as a stop
+            self.metrics.stopped_by_string(stream.id)
 
     async def complete(self, shape: Shape, stream: RequestStream, body: SamplingBody) -> dict:
         """The whole answer at once; raises the stream's APIError if the request failed."""
@@ -71,7 +75,7 @@ class Responder:
                 pieces.append(text.feed(event.token_ids))
                 if text.stopped:
                     finish = "stop"
-                    self.metrics.stopped_by_string(stream.id)
+                    self._stopped(stream)
                     break
                 if event.finish_reason is not None:
                     finish = event.finish_reason
