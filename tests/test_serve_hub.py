@@ -11,6 +11,7 @@ from batchtop.core_engine.engine.request import Request
 from batchtop.core_engine.serving.engine_loop import EngineLoop
 from batchtop.core_engine.serving.exporter import VllmMetrics
 from batchtop.core_engine.serving.hub import RequestHub
+from batchtop.core_engine.serving.status_log import StatusLog
 from batchtop.core_engine.session.session import Session
 from tests.conftest import tiny_config
 
@@ -126,3 +127,20 @@ def test_the_engine_loop_sleeps_when_there_is_no_work_and_wakes_for_a_request_or
     finally:
         loop.stop()
     assert loop.done.is_set() and loop.error is None
+
+
+async def test_the_headless_summary_line_says_what_ran_and_stays_quiet_when_nothing_did():
+    engine, session, hub = make_hub()
+    log = StatusLog(engine, hub, write=lambda line: None)
+    assert log.line() is None  # no step yet
+    hub.submit(Request("r", (1, 2, 3), 40))
+    for _ in range(3):
+        await asyncio.to_thread(step, engine, session)
+    line = log.line()
+    assert line.startswith("running 1 · waiting 0 · KV ") and "in flight 1" in line
+    assert line.endswith("continuous, max_num_seqs 4")
+    assert "generation" in line and "completed 0 (+0)" in line
+    engine.submit(control.Abort("r"))
+    await asyncio.to_thread(step, engine, session)
+    log.line()
+    assert log.line() is None  # idle since the last line: nothing to say
