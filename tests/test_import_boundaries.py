@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import batchtop.core_engine as core_engine
+import batchtop.core_engine.serving as serving
 import batchtop.gpu_kernels as gpu_kernels
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -37,6 +38,12 @@ def test_engine_and_kernels_import_neither_textual_nor_rich():
 def test_the_headless_command_path_never_imports_textual():
     modules = ["batchtop.tui", "batchtop.tui.cli", "batchtop.tui.commands.headless",
                "batchtop.tui.commands.compare", "batchtop.tui.commands.options"]
+    assert loaded_after_importing(modules, ("textual",)) == []
+
+
+def test_the_headless_server_path_never_imports_textual():
+    modules = ["batchtop.tui.cli", "batchtop.tui.commands.serve", *all_modules(serving)]
+    assert "batchtop.core_engine.serving.app" in modules
     assert loaded_after_importing(modules, ("textual",)) == []
 
 

@@ -195,3 +195,43 @@ def test_abort_of_unknown_or_finished_ids_does_nothing_and_abort_of_a_running_on
     assert engine.allocator.num_used_blocks < used
     engine.scheduler.check_invariants()
     assert_drained(engine)
+
+
+def test_abort_right_after_add_drops_the_request_before_it_arrives_and_only_real_aborts_are_recorded():
+    # A client that disconnects at once: its AddRequests and its Abort are applied in the same step.
+    engine = Engine(tiny_config())
+    engine.submit(control.AddRequests((Request("gone", (1, 2, 3), 20),)))
+    engine.submit(control.Abort("gone"))
+    engine.submit(control.Abort("never-seen"))
+    snap = engine.step()
+    assert snap.controls == (("burst", 1), ("abort", "gone"))
+    assert not snap.arrived and engine.is_done() and engine.counters.submitted == 0
+    assert_drained(engine)
+
+
+def test_requests_added_with_a_receipt_time_count_their_wait_from_it_under_their_source_label(clock):
+    # A server hands requests over between steps: the time they waited for the step to end is
+    # part of their queue time and TTFT, as a client sees it.
+    engine = Engine(tiny_config(), clock=clock)
+    engine.load_workload([Request("w", (1, 2), 50)])
+    engine.step()
+    received = engine.now()
+    clock.advance(0.25)  # the step in flight when the request came
+    engine.submit(control.AddRequests((Request("c", (1, 2, 3), 2),), source="http", arrival_s=received))
+    snap = engine.step()
+    assert ("http", 1) in snap.controls
+    assert [(a.request_id, a.arrival_s) for a in snap.arrived] == [("c", received)]
+
+
+def test_each_step_carries_the_tokens_it_sampled_and_together_they_are_every_output():
+    engine = Engine(tiny_config(num_kv_blocks=16))  # a small pool: preempted sequences keep their tokens
+    outputs, snaps, _ = run_all(engine, make_requests(8, seed=5, prompt=(8, 16), output=(10, 20)))
+    streamed: dict[str, list[int]] = {}
+    generated = 0
+    for snap in snaps:
+        assert len(snap.new_tokens) == snap.counters.generated_tokens - generated
+        generated = snap.counters.generated_tokens
+        for rid, token in snap.new_tokens:
+            streamed.setdefault(rid, []).append(token)
+    assert any(s.preempted for s in snaps)
+    assert {rid: tuple(t) for rid, t in streamed.items()} == outputs

@@ -26,8 +26,9 @@ Notify = Callable[[str, str], None]  # (kind, text): kind is "error", "finished"
 
 class EngineBridge:
     def __init__(self, engine: Engine, requests: list[Request], *, start_paused: bool = False,
-                 notify: Notify | None = None, session: Session | None = None) -> None:
+                 notify: Notify | None = None, session: Session | None = None, serving: bool = False) -> None:
         self.engine = engine
+        self.serving = serving  # a server's engine: out of work it is idle, waiting for requests, not finished
         self.requests = requests
         self.session = session or Session(engine, requests)
         engine.load_workload(requests)
@@ -87,6 +88,10 @@ class EngineBridge:
             n = self.session.burst(count or max(8, self.current_max_num_seqs()))
         self._wake.set()
         return n
+
+    def wake(self) -> None:
+        """Thread-safe: work has arrived (a server's request); an idle engine thread starts at once."""
+        self._wake.set()
 
     def restart(self) -> None:
         self._restart = True
@@ -165,7 +170,8 @@ class EngineBridge:
             snap = self.engine.snapshot()
             self.session.after_step(snap)
             self._builder.observe(snap)
-        if self.engine.is_done() and not self._finished_announced and self._builder.last is not None:
+        if (self.engine.is_done() and not self.serving and not self._finished_announced
+                and self._builder.last is not None):
             self._finished_announced = True
             self.notify("finished", "workload finished — press r to run it again")
         self._publish(force=True, sample=False)
@@ -178,7 +184,7 @@ class EngineBridge:
         if self._paused:
             return "paused"
         if self.engine.is_done():
-            return "finished"
+            return "idle" if self.serving else "finished"
         return "running"
 
     def _publish(self, force: bool = False, sample: bool = True) -> None:

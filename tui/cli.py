@@ -52,6 +52,35 @@ def compare(output: str, **opts) -> None:
 
 
 @main.command(context_settings=CONTEXT)
+@engine_options
+@session_options
+@click.option("--host", default="127.0.0.1", show_default=True,
+              help="Address to listen on; anything but loopback exposes the engine to the network.")
+@click.option("--port", type=click.IntRange(0, 65535), default=8000, show_default=True, help="0 picks a free port.")
+@click.option("--api-key", default=None, envvar="BATCHTOP_API_KEY", show_envvar=True,
+              help="Require `Authorization: Bearer KEY` on every /v1 route (/health and /metrics stay open).")
+@click.option("--served-model-name", default=None, metavar="NAME",
+              help="The model name clients send and /v1/models lists. [default: the model preset's name]")
+@click.option("--max-waiting", type=click.IntRange(min=1), default=None,
+              help="Answer 503 + Retry-After while this many requests wait. [default: unbounded]")
+@click.option("--shutdown-grace", type=click.FloatRange(0, 600), default=5.0, show_default=True,
+              help="Seconds in-flight requests get to finish on Ctrl-C / SIGTERM before they are ended.")
+@click.option("--headless", is_flag=True, help="No dashboard: serve, and log a one-line summary every 5 s.")
+@click.option("--theme", type=click.Choice(["dark", "light", "colourblind"]), default="dark", show_default=True)
+def serve(host: str, port: int, api_key: str | None, served_model_name: str | None, max_waiting: int | None,
+          shutdown_grace: float, headless: bool, theme: str, **opts) -> None:
+    """Serve the engine over HTTP, OpenAI-compatible, with vLLM-named /metrics.
+
+    POST /v1/completions and /v1/chat/completions (streaming as server-sent events), GET /v1/models,
+    /health and /metrics. By default the dashboard opens with the server inside it, so any OpenAI
+    client or load generator drives the panels; --workload replays a workload beside the clients.
+    """
+    from batchtop.tui.commands.serve import ServeOptions, run_serve
+    run_serve(opts, ServeOptions(host, port, api_key, served_model_name, max_waiting, shutdown_grace, headless,
+                                 f"batchtop-{theme}"))
+
+
+@main.command(context_settings=CONTEXT)
 @click.argument("trace", metavar="TRACE")
 @click.option("--headless", is_flag=True, help="No screen: recompute the metrics JSON from the trace.")
 @click.option("-o", "--output", type=str, default=None, metavar="FILE", help="--headless: metrics JSON file (default stdout).")

@@ -52,7 +52,7 @@ class DashboardFrame:
     metrics: LiveMetrics
     timeline: tuple[SlotColumn, ...] = ()  # the most recent steps, oldest first
     trail: tuple[RooflinePoint, ...] = ()
-    state: str = "paused"  # running | paused | finished | error | replay
+    state: str = "paused"  # running | paused | finished | idle (a server out of work) | error | replay
     error: str | None = None
     caption: str | None = None  # scripted demos explain each stage here
     last_decode: StepSnapshot | None = None  # the newest step without prefill: the roofline's verdict

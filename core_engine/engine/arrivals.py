@@ -32,5 +32,14 @@ class ArrivalQueue:
             out.append((arrival, request))
         return out
 
+    def remove(self, request_id: str) -> bool:
+        """Drop a request that has not arrived yet; False when none by that id is waiting to."""
+        kept = [entry for entry in self._heap if entry[2].id != request_id]
+        if len(kept) == len(self._heap):
+            return False
+        heapq.heapify(kept)
+        self._heap = kept
+        return True
+
     def next_arrival(self) -> float | None:
         return self._heap[0][0] if self._heap else None

@@ -19,7 +19,9 @@ class SetMaxNumSeqs:
 
 @dataclass(frozen=True, slots=True)
 class AddRequests:
-    requests: tuple[Request, ...]  # arrival_s is an offset from the moment the command is applied
+    requests: tuple[Request, ...]  # each one's arrival_s is an offset from the base below
+    source: str = "burst"  # the control event's name in snapshots and traces ("http" for served requests)
+    arrival_s: float | None = None  # base run time (engine.now() when received); None: when applied
 
 
 @dataclass(frozen=True, slots=True)

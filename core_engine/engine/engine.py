@@ -124,14 +124,16 @@ class Engine:
             self.scheduler.max_num_seqs = validate_max_num_seqs(cmd.value)
             self.step_controls.append(("max_num_seqs", cmd.value))
         elif isinstance(cmd, control.AddRequests):
-            self._arrivals.push(cmd.requests, self.now())
-            self.step_controls.append(("burst", len(cmd.requests)))
+            self._arrivals.push(cmd.requests, self.now() if cmd.arrival_s is None else cmd.arrival_s)
+            self.step_controls.append((cmd.source, len(cmd.requests)))
         elif isinstance(cmd, control.Abort):
             seq = self.scheduler.abort(cmd.request_id)
             if seq is not None:
                 self._live.pop(seq.id, None)
                 self.runner.sampler.forget(seq)
-            self.step_controls.append(("abort", cmd.request_id))
+            # an abort right after its AddRequests finds the request still in the arrival queue
+            if seq is not None or self._arrivals.remove(cmd.request_id):
+                self.step_controls.append(("abort", cmd.request_id))
         elif isinstance(cmd, control.Reset):
             self.reset()
             self.step_controls.append(("reset", None))
@@ -180,7 +182,8 @@ class Engine:
         t_end = self._clock()
         times = StepTimes(t_end - t_start, t_sched - t_start, t_prep - t_sched, t_fwd - t_prep)
         return self._publish(plan, finished, step=self.counters.steps, t=t_end - self._t0, times=times,
-                             cost=cost, occupants=occupants, num_prefill_tokens=num_prefill)
+                             cost=cost, occupants=occupants, num_prefill_tokens=num_prefill,
+                             new_tokens=tuple((seq.id, token) for seq, token in sampled))
 
     def _postprocess(self, plan: SchedulerOutput, sampled: list[tuple[Sequence, int]]) -> list[FinishedRequest]:
         now = self.now()

@@ -148,6 +148,7 @@ class StepSnapshot:
     controls: tuple[tuple[str, object], ...] = ()  # commands applied since the last snapshot
     cost: StepCost = StepCost()
     num_prompt_padding_tokens: int = 0  # static batching: pad tokens left of the batch's shorter prompts
+    new_tokens: tuple[tuple[str, int], ...] = ()  # (request id, token) sampled in this step: what a server streams
 
     @property
     def num_tokens(self) -> int:

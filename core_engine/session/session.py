@@ -1,10 +1,13 @@
-"""What every driver does around engine.step(): play the demo script, inject bursts, record the trace.
+"""What every driver does around engine.step(): play the demo script, inject bursts, record the trace,
+and hand every snapshot to its listeners (a server's request streams and its /metrics).
 
-The headless driver and the dashboard's bridge both own one Session, so a scripted demo or a
-recording behaves the same with or without a screen.
+The headless driver, the dashboard's bridge and the server's engine loop each own one Session, so a
+scripted demo, a recording or a server behaves the same with or without a screen.
 """
 
 from __future__ import annotations
+
+from typing import Protocol
 
 from batchtop.core_engine.engine import control
 from batchtop.core_engine.engine.engine import Engine
@@ -15,6 +18,14 @@ from batchtop.core_engine.session.trace import Recorder
 from batchtop.core_engine.session.workload import make_burst
 
 
+class SessionListener(Protocol):
+    """Called on the engine thread: must be quick and must never block on another thread."""
+
+    def observe(self, snap: StepSnapshot) -> None: ...
+
+    def closed(self, reason: str, error: str | None) -> None: ...
+
+
 class Session:
     def __init__(self, engine: Engine, workload: list[Request], *, recorder: Recorder | None = None,
                  script: ScriptPlayer | None = None) -> None:
@@ -22,6 +33,7 @@ class Session:
         self.workload = workload
         self.recorder = recorder
         self.script = script
+        self.listeners: list[SessionListener] = []
         self.caption: str | None = None
         self.quit_requested = False
         self._bursts = 0
@@ -52,6 +64,8 @@ class Session:
     def after_step(self, snap: StepSnapshot) -> None:
         if self.recorder is not None:
             self.recorder.record(snap)
+        for listener in self.listeners:
+            listener.observe(snap)
 
     def note(self, name: str, value: object = None) -> None:
         """A driver-level event for the trace: pause, resume, caption."""
@@ -63,3 +77,5 @@ class Session:
             if error is not None:
                 self.recorder.error(error)
             self.recorder.close(reason)
+        for listener in self.listeners:
+            listener.closed(reason, error)

@@ -9,7 +9,7 @@ from batchtop.core_engine.config import EngineConfig
 from batchtop.tui.frame import DashboardFrame
 
 STATE_LABEL = {"running": "● running", "paused": "‖ paused", "finished": "■ finished", "error": "✖ engine stopped",
-               "replay": "▶ replay"}
+               "replay": "▶ replay", "idle": "○ idle"}
 
 
 def status_text(frame: DashboardFrame, config: EngineConfig, device_label: str,
