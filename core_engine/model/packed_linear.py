@@ -6,10 +6,10 @@ Two packings, by dtype (bench/packed_linear.py measures both against F.linear):
   as torch.compile's CPU backend does, the result is bitwise the same; decode steps 1.2-1.4x faster.
 - fp32: F.linear goes to MKL's general sgemm, whose cost at 2-16 rows grows with the rows although
   the weights are read once (a 1024x5632 GEMM: 0.41 ms at 1 row, 2.1 ms at 13); MKL's packed GEMM
-  keeps it near 0.4-0.7 ms up to 16 rows, the memory-bound picture decode should give (cpu-demo
-  decode steps 1.5-2x faster at 4-13 rows). Past MKL_PACK_ROWS rows the general sgemm is faster
-  again, so larger batches (prefill, wide decode) keep F.linear. Same math in another summation
-  order: equal to F.linear within fp32 rounding, not bitwise.
+  keeps it near 0.4-0.7 ms up to 16 rows, the memory-bound picture decode should give. cpu-demo
+  decode steps, packed for 256 rows vs plain: 8 rows 32 vs 57 ms, 13: 40 vs 83, 24: 45 vs 55,
+  64: 77 vs 108. Past MKL_PACK_ROWS rows (a big prefill) F.linear is used. Same math in another
+  summation order: equal to F.linear within fp32 rounding, not bitwise.
 The pack is a cache: state_dict and load_state_dict see the plain weight (so the model stays Hugging
 Face-compatible), and the pack is rebuilt whenever the weight is written to.
 """
@@ -22,7 +22,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-MKL_PACK_ROWS = 16  # MKL's packing hint, and the most rows for which the packed sgemm is faster
+MKL_PACK_ROWS = 256  # MKL's packing hint, and the most rows the packed sgemm is used for
 
 
 @functools.cache
