@@ -10,7 +10,7 @@ from batchtop.core_engine.errors import ConfigError
 from batchtop.core_engine.measure.device_peaks import DevicePeaks
 from batchtop.core_engine.simulate.calibration import DEFAULT, Calibration, load_calibration
 from batchtop.core_engine.simulate.fit import fit_calibration, predict
-from batchtop.core_engine.simulate.sweep import StepSample, batch_medians
+from batchtop.core_engine.measure.decode_sweep import StepSample, batch_medians
 
 PEAKS = DevicePeaks("Test GPU", 1e12, 1e11, "datasheet:test")  # ridge at 10 FLOP/B
 TRUE = Calibration(compute_efficiency=0.4, memory_efficiency=0.7, step_overhead_s=0.002)

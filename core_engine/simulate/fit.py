@@ -16,7 +16,7 @@ import numpy as np
 from batchtop.core_engine.engine.snapshot import StepCost
 from batchtop.core_engine.measure.device_peaks import DevicePeaks
 from batchtop.core_engine.simulate.calibration import DEFAULT, Calibration
-from batchtop.core_engine.simulate.sweep import StepSample
+from batchtop.core_engine.measure.decode_sweep import StepSample
 
 EFFICIENCIES = np.geomspace(0.01, 100.0, 801)  # 1.2% apart
 MIN_OVERHEAD_S = 1e-6  # nothing runs in no time; a fit that finds none keeps a microsecond

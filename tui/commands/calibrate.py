@@ -18,7 +18,7 @@ from batchtop.core_engine.resolve import resolve_config
 from batchtop.core_engine.session.trace import read_trace
 from batchtop.core_engine.simulate.calibration import CALIBRATION_SCHEMA
 from batchtop.core_engine.simulate.fit import Fit, fit_calibration, predict
-from batchtop.core_engine.simulate.sweep import StepSample, batch_medians, decode_sweep
+from batchtop.core_engine.measure.decode_sweep import StepSample, batch_medians, decode_sweep
 from batchtop.tui.commands.headless import note
 from batchtop.tui.commands.options import bad_input_exits
 from batchtop.tui.commands.output import check_writable, write_json
