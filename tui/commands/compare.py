@@ -26,10 +26,11 @@ def _pct(x: float) -> str:
 
 def _decode_point(m: dict) -> str:
     """Where the mean decode step sits against the ridge: left of it, one more sequence is nearly free."""
-    decode = m["roofline"]["decode"]
+    roof, decode = m["roofline"], m["roofline"]["decode"]
     if decode["intensity_mean"] is None:
         return "-"
-    return f"{decode['intensity_mean']:.1f} ({100 * decode['fraction_of_roof_mean']:.0f}% of roof)"
+    bound = "memory" if decode["intensity_mean"] < roof["ridge_flop_per_byte"] else "compute"
+    return f"{decode['intensity_mean']:.1f} {bound}-bound"
 
 
 def compare_table(static: dict, continuous: dict, speedup: float) -> Table:
