@@ -69,13 +69,13 @@ def recorded_steps(path: str) -> tuple[list[StepSample], DevicePeaks, dict]:
 
 def fit_table(fit: Fit, samples: list[StepSample], peaks: DevicePeaks) -> Table:
     table = Table(title=f"fitted: {fit.calibration.describe()}", title_justify="left")
-    for column in ("batch", "steps", "measured ms", "predicted ms", "error"):
+    for column in ("batch", "measured ms", "predicted ms", "error"):
         table.add_column(column, justify="right")
     for batch in sorted({s.batch for s in samples}):
         mine = [s for s in samples if s.batch == batch]
         measured = statistics.median(s.seconds for s in mine)
         predicted = statistics.median(predict(fit.calibration, s, peaks) for s in mine)
-        table.add_row(str(batch), str(len(mine)), f"{1e3 * measured:.2f}", f"{1e3 * predicted:.2f}",
+        table.add_row(str(batch), f"{1e3 * measured:.2f}", f"{1e3 * predicted:.2f}",
                       f"{100 * (predicted / measured - 1):+.1f}%")
     return table
 
