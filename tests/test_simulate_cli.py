@@ -134,3 +134,19 @@ def test_a_simulated_recording_replays_as_simulated(tmp_path):
     assert result.exit_code == 0
     replayed, live = (json.loads((tmp_path / name).read_text()) for name in ("r.json", "m.json"))
     assert replayed["simulated"] == live["simulated"] and replayed["wall_time_s"] == live["wall_time_s"]
+
+
+def test_serve_refuses_a_simulated_device():
+    result = invoke(["serve", *TINY, "--simulate", "h200", "--port", "0", "--headless"])
+    assert result.exit_code == 2 and "--simulate: a server answers real clients in real time" in result.output
+
+
+def test_a_calibration_from_another_device_is_used_with_a_warning(tmp_path):
+    path = tmp_path / "cal.json"
+    path.write_text(json.dumps({"compute_efficiency": 0.5, "memory_efficiency": 0.7, "step_overhead_s": 0.001,
+                                "fitted_on": {"device": "NVIDIA H100 80GB HBM3"}}))
+    for device, warned in (("h100", False), ("h200", True)):
+        result = invoke(["--headless", "--simulate", device, *TINY, "--num-kv-blocks", "64", *SMALL_RUN,
+                         "--calibration", str(path), "-o", str(tmp_path / "m.json")])
+        assert result.exit_code == 0, result.output
+        assert ("the calibration was fitted on NVIDIA H100 80GB HBM3, this run simulates H200" in result.stderr) == warned
