@@ -16,7 +16,7 @@ import statistics
 
 from batchtop.core_engine.engine.engine import Engine
 from batchtop.core_engine.resolve import resolve_config
-from decode_steps import decode_steps  # bench/ is on sys.path when run as a script
+from batchtop.core_engine.measure.decode_sweep import decode_steps
 
 STEPS = 12
 

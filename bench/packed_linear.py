@@ -14,8 +14,7 @@ from __future__ import annotations
 import argparse
 import statistics
 
-from decode_steps import decode_steps  # bench/ is on sys.path when run as a script
-
+from batchtop.core_engine.measure.decode_sweep import decode_steps
 from batchtop.core_engine.model import packed_linear
 from batchtop.core_engine.engine.engine import Engine
 from batchtop.core_engine.resolve import resolve_config

@@ -22,7 +22,7 @@ from batchtop.core_engine.device import DTYPES
 from batchtop.core_engine.measure.device_peaks import measure_peaks
 from batchtop.core_engine.engine.engine import Engine
 from batchtop.core_engine.resolve import resolve_config
-from decode_steps import decode_steps  # bench/ is on sys.path when run as a script
+from batchtop.core_engine.measure.decode_sweep import decode_steps
 
 
 def gemv_ceiling(engine: Engine) -> float:

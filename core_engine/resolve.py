@@ -14,6 +14,7 @@ from batchtop.core_engine.config import EngineConfig, ModelConfig, preset
 from batchtop.core_engine.device import DTYPES, resolve_device, resolve_dtype
 from batchtop.core_engine.errors import ConfigError
 from batchtop.core_engine.session.workload import WorkloadSpec
+from batchtop.core_engine.simulate.device import SimulatedDevice
 
 GIB = 1 << 30
 
@@ -24,30 +25,37 @@ class DeviceDefaults:
     max_num_seqs: int
     max_num_batched_tokens: int
     num_kv_blocks: int | None  # None: size the pool from GPU memory
-    prompt_scale: float  # the bundled trace is GPU-sized: a CPU plays it scaled down
-    output_scale: float
 
 
-def device_defaults(device: str) -> DeviceDefaults:
+def cuda_memory() -> int:
+    return torch.cuda.get_device_properties(0).total_memory
+
+
+def device_defaults(device: str, memory: int | None = None) -> DeviceDefaults:
+    """memory: the GPU's bytes (a simulated one's); None reads the real GPU's."""
     if device == "cuda":
-        big = torch.cuda.get_device_properties(0).total_memory >= 40 * GIB
-        return DeviceDefaults("gpu-8b" if big else "gpu-1b", 128, 2048, None, 1.0, 1.0)
-    # Prompts shrink more than outputs so decode (where batching pays) dominates the CPU's time.
-    return DeviceDefaults("cpu-demo", 16, 256, 512, 1 / 16, 1 / 4)
+        big = (cuda_memory() if memory is None else memory) >= 40 * GIB
+        return DeviceDefaults("gpu-8b" if big else "gpu-1b", 128, 2048, None)
+    return DeviceDefaults("cpu-demo", 16, 256, 512)
 
 
-def kv_blocks_for_memory(model: ModelConfig, dtype: str, block_size: int, fraction: float) -> int:
-    """Blocks that fit in `fraction` of GPU memory after the weights and a working reserve."""
+def trace_scales(device: str) -> tuple[float, float]:
+    """(prompt, output) scales of the bundled trace: it is GPU-sized, so a CPU plays it scaled down.
+    Prompts shrink more than outputs so decode (where batching pays) dominates the CPU's time."""
+    return (1.0, 1.0) if device == "cuda" else (1 / 16, 1 / 4)
+
+
+def kv_blocks_for_memory(model: ModelConfig, dtype: str, block_size: int, fraction: float, memory: int) -> int:
+    """Blocks that fit in `fraction` of `memory` bytes of GPU memory after the weights and a working reserve."""
     if not 0 < fraction <= 1:
         raise ConfigError("--gpu-memory-utilization", f"must be in (0, 1], got {fraction}")
     elem = DTYPES[dtype].itemsize
-    total = torch.cuda.get_device_properties(0).total_memory
     weights = model.num_params() * elem
     reserve = 2 * GIB + 8 * model.vocab_size * 4 * 2048  # activations and fp32 logits of a full step
     per_block = 2 * model.num_hidden_layers * block_size * model.kv_dim * elem
-    blocks = int((total * fraction - weights - reserve) // per_block)
+    blocks = int((memory * fraction - weights - reserve) // per_block)
     if blocks < 1:
-        raise ConfigError("--gpu-memory-utilization", f"{fraction} of {total / GIB:.0f} GiB leaves no room "
+        raise ConfigError("--gpu-memory-utilization", f"{fraction} of {memory / GIB:.0f} GiB leaves no room "
                                                       f"for KV blocks after {weights / GIB:.1f} GiB of weights")
     return blocks
 
@@ -56,9 +64,15 @@ def resolve_config(*, model: str = "auto", device: str = "auto", dtype: str = "a
                    mode: str = "continuous", max_num_seqs: int | None = None,
                    max_num_batched_tokens: int | None = None, block_size: int = 16,
                    num_kv_blocks: int | None = None, gpu_memory_utilization: float = 0.9,
-                   seed: int = 0) -> EngineConfig:
-    dev = resolve_device(device)
-    defaults = device_defaults(dev)
+                   seed: int = 0, simulate: SimulatedDevice | None = None) -> EngineConfig:
+    """simulate: resolve for that device (its kind and memory) instead of the one torch sees."""
+    if simulate is None:
+        dev, memory = resolve_device(device), None
+    elif device != "auto":
+        raise ConfigError("--device", f"cannot be combined with --simulate (the simulated {simulate.name} is the device)")
+    else:
+        dev, memory = simulate.kind, simulate.memory
+    defaults = device_defaults(dev, memory)
     model_cfg = preset(defaults.model if model == "auto" else model)
     dt = resolve_dtype(dtype, dev)
     if dev == "cpu" and dt == "float16":
@@ -69,7 +83,8 @@ def resolve_config(*, model: str = "auto", device: str = "auto", dtype: str = "a
         else:
             if not isinstance(block_size, int) or block_size < 1:
                 raise ConfigError("--block-size", f"must be an integer >= 1, got {block_size!r}")
-            num_kv_blocks = kv_blocks_for_memory(model_cfg, dt, block_size, gpu_memory_utilization)
+            num_kv_blocks = kv_blocks_for_memory(model_cfg, dt, block_size, gpu_memory_utilization,
+                                                 cuda_memory() if memory is None else memory)
     return EngineConfig(
         model=model_cfg, device=dev, dtype=dt, mode=mode,
         max_num_seqs=defaults.max_num_seqs if max_num_seqs is None else max_num_seqs,
@@ -85,8 +100,7 @@ def resolve_workload(config: EngineConfig, *, path: str | None = None, num_reque
     """Scales left unset take the device defaults for the bundled trace, and 1.0 for anything else; the
     bundled trace's arrivals are paced to the engine's measured capacity unless --time-scale is given."""
     bundled = path is None
-    d = device_defaults(config.device)
-    base_prompt, base_output = (d.prompt_scale, d.output_scale) if bundled else (1.0, 1.0)
+    base_prompt, base_output = trace_scales(config.device) if bundled else (1.0, 1.0)
     if length_scale is not None:
         base_prompt = base_output = length_scale
     return WorkloadSpec(

@@ -22,6 +22,7 @@ from textual.worker import Worker, WorkerState, get_current_worker
 from batchtop.core_engine.config import EngineConfig
 from batchtop.core_engine.measure.device_peaks import DevicePeaks
 from batchtop.core_engine.measure.telemetry import TelemetrySampler
+from batchtop.core_engine.simulate.simulation import Simulation
 from batchtop.themes import STYLESHEET, THEMES
 from batchtop.tui.bridge import EngineBridge
 from batchtop.tui.frame import DashboardFrame
@@ -64,6 +65,7 @@ class Dashboard(App[int]):
     TITLE = "batchtop"
     ENABLE_COMMAND_PALETTE = False
     LIVE = True  # False: a replay, with no engine or telemetry behind it
+    simulation: Simulation | None = None  # a what-if run: its modelled panels say so
 
     def __init__(self, bridge, config: EngineConfig, peaks: DevicePeaks | None, *,
                  device_label: str | None = None, telemetry: TelemetrySampler | None = None,
@@ -94,7 +96,7 @@ class Dashboard(App[int]):
         with Horizontal(id="bottom"):
             yield WaitingPanel(self.arrivals)
             yield RooflinePanel(self.peaks)
-            yield DevicePanel(self.config, self.peaks, live=self.LIVE)
+            yield DevicePanel(self.config, self.peaks, live=self.LIVE, simulation=self.simulation)
         yield MetricsStrip(id="metrics")
         yield Footer()
 
@@ -104,6 +106,9 @@ class Dashboard(App[int]):
     def on_mount(self) -> None:
         self._panels = [self.query_one(p) for p in (SlotsPanel, KVBlocksPanel, WaitingPanel, RooflinePanel,
                                                      DevicePanel)]
+        for panel in self._panels:
+            if self.simulation is not None and panel.MODELLED:
+                panel.modelled_tag = self.simulation.tag
         self._device, self._metrics, self._status = (self.query_one(DevicePanel), self.query_one(MetricsStrip),
                                                      self.query_one(StatusLine))
         self.set_interval(1 / self.poll_hz, self.poll)

@@ -16,6 +16,7 @@ from batchtop.core_engine.engine.engine import Engine
 from batchtop.core_engine.engine.validation import MAX_NUM_SEQS_LIMIT
 from batchtop.core_engine.engine.request import Request
 from batchtop.core_engine.session.session import Session
+from batchtop.core_engine.simulate.clock import WallPace
 from batchtop.tui.frame import DashboardFrame, FrameBuilder
 
 PUBLISH_INTERVAL_S = 0.1  # the UI polls at 10 Hz: a frame more often would be built for nobody
@@ -26,9 +27,11 @@ Notify = Callable[[str, str], None]  # (kind, text): kind is "error", "finished"
 
 class EngineBridge:
     def __init__(self, engine: Engine, requests: list[Request], *, start_paused: bool = False,
-                 notify: Notify | None = None, session: Session | None = None, serving: bool = False) -> None:
+                 notify: Notify | None = None, session: Session | None = None, serving: bool = False,
+                 pace: WallPace | None = None) -> None:
         self.engine = engine
         self.serving = serving  # a server's engine: out of work it is idle, waiting for requests, not finished
+        self.pace = pace  # a what-if engine: its simulated time kept to a multiple of wall time
         self.requests = requests
         self.session = session or Session(engine, requests)
         engine.load_workload(requests)
@@ -149,6 +152,10 @@ class EngineBridge:
         if (self._paused and not single) or (self.engine.is_done() and not single):
             self._idle()
             return
+        if self.pace is not None and not single and (ahead := self.pace.ahead_s()) > 0:
+            self._wake.wait(min(ahead, IDLE_WAIT_S))  # simulated time is ahead of its pace
+            self._wake.clear()
+            return
         snap = self.engine.step()
         if single:
             with self._lock:
@@ -156,8 +163,10 @@ class EngineBridge:
         self.session.after_step(snap)
         self._builder.observe(snap)
         if not snap.is_step:
-            wait = self.engine.seconds_until_next_arrival()
+            wait = self.session.seconds_until_next_event()
             self._publish(force=single, sample=False)
+            if wait and self.pace is not None:
+                wait = self.pace.idle(wait)  # the virtual clock moves on as far as wall time allows
             if wait:
                 self._wake.wait(min(wait, IDLE_WAIT_S))
                 self._wake.clear()
@@ -170,6 +179,12 @@ class EngineBridge:
             snap = self.engine.snapshot()
             self.session.after_step(snap)
             self._builder.observe(snap)
+        if self.pace is not None:
+            wait = None if self._paused else self.session.seconds_until_next_event()
+            if wait:
+                self.pace.idle(wait)  # a script action still to come: simulated time goes on
+            else:
+                self.pace.hold()  # time paused or idle is not made up for afterwards
         if (self.engine.is_done() and not self.serving and not self._finished_announced
                 and self._builder.last is not None):
             self._finished_announced = True

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import click
 
+from batchtop.core_engine.config import PRESETS
 from batchtop.tui.commands.options import engine_options, session_options
 
 CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
@@ -94,3 +95,29 @@ def replay(trace: str, headless: bool, output: str | None, speed: float, theme: 
     """
     from batchtop.tui.commands.replay import run_replay
     run_replay(trace, headless=headless, output=output, speed=speed, theme=f"batchtop-{theme}")
+
+
+@main.command(context_settings=CONTEXT)
+@click.option("-o", "--output", type=str, default="batchtop-calibration.json", show_default=True, metavar="FILE",
+              help="Where to write the calibration JSON ('-' for stdout); use it with --simulate --calibration FILE.")
+@click.option("--model", type=click.Choice(["auto", *PRESETS]), default="auto", show_default=True)
+@click.option("--device", type=click.Choice(["auto", "cpu", "cuda"]), default="auto", show_default=True)
+@click.option("--dtype", type=click.Choice(["auto", "float32", "bfloat16", "float16"]), default="auto",
+              show_default=True)
+@click.option("--batches", default="1,8,32", show_default=True, help="Batch sizes of the decode sweep.")
+@click.option("--context", type=click.IntRange(min=1), default=128, show_default=True,
+              help="Tokens of context per sequence.")
+@click.option("--steps", type=click.IntRange(min=2), default=8, show_default=True,
+              help="Measured decode steps per batch size.")
+@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--from-trace", type=str, default=None, metavar="TRACE",
+              help="Fit to the steps of a recorded session (from --record, on any device) instead of measuring here.")
+def calibrate(output: str, **opts) -> None:
+    """Fit the what-if model (compute efficiency, memory efficiency, per-step overhead) to measured steps.
+
+    Runs a short decode sweep on this device and least-squares fits each step's measured time to
+    max(FLOPs / (peak x compute eff), bytes / (peak B/s x memory eff)) + overhead. Run it on a quiet
+    machine: a busy neighbour slows every step it measures.
+    """
+    from batchtop.tui.commands.calibrate import run_calibrate
+    run_calibrate(opts, output)

@@ -20,11 +20,12 @@ from batchtop.core_engine.engine.request import FinishReason, Request, Sequence
 from batchtop.core_engine.measure.roofline import Chunk, step_cost
 from batchtop.core_engine.engine.runner import ModelRunner
 from batchtop.core_engine.engine.scheduler import Scheduler, SchedulerOutput, make_policy
+from batchtop.core_engine.engine.step_runner import StepRunner
 from batchtop.core_engine.engine.snapshot import Counters, FinishedRequest, StepCost, StepSnapshot, WaitingView
 from batchtop.core_engine.engine.snapshot_builder import StepEvents, StepTimes, build_snapshot, slot_occupants
 
 class Engine:
-    def __init__(self, config: EngineConfig, runner: ModelRunner | None = None,
+    def __init__(self, config: EngineConfig, runner: StepRunner | None = None,
                  clock: Callable[[], float] = time.perf_counter) -> None:
         self.config = config
         self.runner = runner if runner is not None else ModelRunner(config)
@@ -50,6 +51,11 @@ class Engine:
         self.step_arrivals: list[WaitingView] = []
         self.step_controls: list[tuple[str, object]] = []
         self._arrivals.push(self._workload, 0.0)
+
+    @property
+    def clock(self) -> Callable[[], float]:
+        """What the engine times itself with (a scratch engine sharing this runner shares it too)."""
+        return self._clock
 
     def now(self) -> float:
         return 0.0 if self._t0 is None else self._clock() - self._t0

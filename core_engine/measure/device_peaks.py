@@ -19,23 +19,25 @@ import torch
 from batchtop.core_engine.device import DTYPES, device_name
 
 T, G = 1e12, 1e9
+GIB = 1 << 30
 
-# name fragment -> (dense bf16 FLOP/s, bytes/s); most specific fragments first.
-DATASHEET: tuple[tuple[str, float, float], ...] = (
-    ("H200", 989 * T, 4800 * G),
-    ("H100 NVL", 835 * T, 3900 * G),
-    ("H100 PCIe", 756 * T, 2000 * G),
-    ("H100", 989 * T, 3350 * G),  # SXM
-    ("A100-SXM4-80GB", 312 * T, 2039 * G),
-    ("A100 80GB PCIe", 312 * T, 1935 * G),
-    ("A100-PCIE-40GB", 312 * T, 1555 * G),
-    ("A100-SXM4-40GB", 312 * T, 1555 * G),
-    ("A100", 312 * T, 1555 * G),
-    ("L40S", 362 * T, 864 * G),
-    ("L4", 121 * T, 300 * G),
-    ("A10G", 125 * T, 600 * G),  # A10 datasheet figures
-    ("RTX 4090", 165 * T, 1008 * G),  # bf16 with fp32 accumulate
-    ("RTX 3090", 71 * T, 936 * G),
+# name fragment -> (dense bf16 FLOP/s, bytes/s, memory); most specific fragments first. The memory is
+# the datasheet's "GB", which on these cards is close to GiB (an "80GB" H100 reports 79.6 GiB to torch).
+DATASHEET: tuple[tuple[str, float, float, int], ...] = (
+    ("H200", 989 * T, 4800 * G, 141 * GIB),
+    ("H100 NVL", 835 * T, 3900 * G, 94 * GIB),
+    ("H100 PCIe", 756 * T, 2000 * G, 80 * GIB),
+    ("H100", 989 * T, 3350 * G, 80 * GIB),  # SXM
+    ("A100-SXM4-80GB", 312 * T, 2039 * G, 80 * GIB),
+    ("A100 80GB PCIe", 312 * T, 1935 * G, 80 * GIB),
+    ("A100-PCIE-40GB", 312 * T, 1555 * G, 40 * GIB),
+    ("A100-SXM4-40GB", 312 * T, 1555 * G, 40 * GIB),
+    ("A100", 312 * T, 1555 * G, 40 * GIB),
+    ("L40S", 362 * T, 864 * G, 48 * GIB),
+    ("L4", 121 * T, 300 * G, 24 * GIB),
+    ("A10G", 125 * T, 600 * G, 24 * GIB),  # A10 datasheet figures
+    ("RTX 4090", 165 * T, 1008 * G, 24 * GIB),  # bf16 with fp32 accumulate
+    ("RTX 3090", 71 * T, 936 * G, 24 * GIB),
 )
 
 
@@ -60,7 +62,7 @@ class DevicePeaks:
 
 
 def datasheet_peaks(name: str) -> DevicePeaks | None:
-    for fragment, flops, bandwidth in DATASHEET:
+    for fragment, flops, bandwidth, _ in DATASHEET:
         if fragment.lower() in name.lower():
             return DevicePeaks(name, flops, bandwidth, f"datasheet:{fragment}")
     return None

@@ -1,7 +1,7 @@
 """The no-screen driver behind `--headless` and `compare`: run a workload to the end, fold metrics.
 
-It owns no scheduling logic: it only calls Engine.step(), waits for arrivals when idle, and lets its
-Session play a script and record a trace.
+It owns no scheduling logic: it only calls Engine.step(), waits for arrivals when idle (a simulated
+engine's virtual clock jumps to them instead), and lets its Session play a script and record a trace.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from batchtop.core_engine.measure.metrics import MetricsCollector
 from batchtop.core_engine.engine.request import Request
 from batchtop.core_engine.session.session import Session
 from batchtop.core_engine.engine.snapshot import StepSnapshot
+from batchtop.core_engine.simulate.clock import VirtualClock
 
 IDLE_POLL_S = 0.05
 
@@ -36,11 +37,20 @@ class RunResult:
         return "script quit" if self.stopped_by_script else "finished"
 
 
+def idle_wait(engine: Engine) -> Callable[[float], None]:
+    """How to wait `seconds` of engine time for the next arrival: a virtual clock jumps there, a real
+    one is polled (so controls and Ctrl-C stay responsive)."""
+    if isinstance(engine.clock, VirtualClock):
+        return engine.clock.advance
+    return lambda seconds: time.sleep(min(seconds, IDLE_POLL_S))
+
+
 def drive(engine: Engine, session: Session | None = None, *,
           on_step: Callable[[StepSnapshot], None] | None = None,
-          sleep: Callable[[float], None] = time.sleep) -> RunResult:
+          sleep: Callable[[float], None] | None = None) -> RunResult:
     """Step until the workload is done (or the script quits); never raises for an engine error or Ctrl-C."""
     session = session or Session(engine, [])
+    sleep = sleep or idle_wait(engine)
     result = RunResult(MetricsCollector())
     try:
         while not engine.is_done():
@@ -54,9 +64,9 @@ def drive(engine: Engine, session: Session | None = None, *,
             if on_step is not None:
                 on_step(snap)
             if not snap.is_step:
-                wait = engine.seconds_until_next_arrival()
+                wait = session.seconds_until_next_event()
                 if wait:
-                    sleep(min(wait, IDLE_POLL_S))
+                    sleep(wait)
     except KeyboardInterrupt:
         result.complete, result.interrupted = False, True
     except Exception as exc:  # an engine failure: report it, keep what was measured

@@ -10,7 +10,8 @@ rate at which that loop completes them:
     rate = (tokens generated per second in the loop) / (mean output tokens per request)
 
 and the trace is played at that rate. Static batching gets about a third of that throughput here, so
-pressing `s` visibly grows the queue.
+pressing `s` visibly grows the queue. A what-if run paces the same way against its simulated device:
+the loop then runs on the engine's virtual clock, so its steps are modelled, not timed.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from dataclasses import dataclass, replace
 
 from batchtop.core_engine.engine.engine import Engine
 from batchtop.core_engine.engine.request import Request
+from batchtop.core_engine.simulate.clock import VirtualClock
 
 TARGET_SLOT_UTILIZATION = 0.8
 PROBE_BUDGET_S = 6.0  # the most step time the probe may take (a slow device measures less)
@@ -32,6 +34,7 @@ class Pace:
     concurrency: int  # requests kept in flight while measuring
     tokens_per_s: float  # generated at that concurrency, measured
     steps: int
+    basis: str = "measured"  # or "simulated": the loop ran on a what-if engine's virtual clock
 
     @property
     def speed(self) -> float:
@@ -40,7 +43,7 @@ class Pace:
 
     def describe(self) -> str:
         return (f"trace at {self.speed:.2g}x its recorded pace, for ~{100 * self.target:.0f}% busy slots "
-                f"({self.tokens_per_s:.0f} tok/s measured with {self.concurrency} requests in flight, "
+                f"({self.tokens_per_s:.0f} tok/s {self.basis} with {self.concurrency} requests in flight, "
                 f"{self.steps} steps)")
 
 
@@ -59,7 +62,8 @@ def measure_throughput(engine: Engine, requests: list[Request], concurrency: int
     prompt = tuple(ids * (prompt_len // len(ids) + 1))[:prompt_len]
     first_wave = [max(1, round(output_len * (i + 1) / concurrency)) for i in range(concurrency)]
     lengths = first_wave + [output_len] * (2 * concurrency)
-    probe = Engine(engine.config.with_(mode="continuous", max_num_seqs=concurrency), runner=engine.runner)
+    probe = Engine(engine.config.with_(mode="continuous", max_num_seqs=concurrency), runner=engine.runner,
+                   clock=engine.clock)
     probe.load_workload([Request(f"pace{i}", prompt, n) for i, n in enumerate(lengths)])
     busy, generated, steps, before = 0.0, 0, 0, 0
     while not probe.is_done() and steps < output_len and busy < budget_s:
@@ -85,7 +89,8 @@ def pace(engine: Engine, requests: list[Request], target: float = TARGET_SLOT_UT
         return None
     rate = tokens_per_s / statistics.fmean(r.max_tokens for r in requests)
     recorded_rate = (len(requests) - 1) / span
-    return Pace(recorded_rate / rate, target, concurrency, tokens_per_s, steps)
+    basis = "simulated" if isinstance(engine.clock, VirtualClock) else "measured"
+    return Pace(recorded_rate / rate, target, concurrency, tokens_per_s, steps, basis)
 
 
 def paced(requests: list[Request], time_scale: float) -> list[Request]:

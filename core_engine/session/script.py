@@ -109,3 +109,6 @@ class ScriptPlayer:
         while self._next < len(self.actions) and self.actions[self._next].at <= now:
             self._next += 1
         return self.actions[start:self._next]
+
+    def next_at(self) -> float | None:
+        return self.actions[self._next].at if self._next < len(self.actions) else None

@@ -61,6 +61,13 @@ class Session:
             if action.quit:
                 self.quit_requested = True
 
+    def seconds_until_next_event(self) -> float | None:
+        """Engine seconds until the next arrival or script action; None when neither is coming."""
+        waits = [self.engine.seconds_until_next_arrival()]
+        if self.script is not None and self.script.next_at() is not None:
+            waits.append(max(0.0, self.script.next_at() - self.engine.now()))
+        return min((w for w in waits if w is not None), default=None)
+
     def after_step(self, snap: StepSnapshot) -> None:
         if self.recorder is not None:
             self.recorder.record(snap)

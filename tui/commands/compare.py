@@ -24,9 +24,21 @@ def _pct(x: float) -> str:
     return f"{100 * x:.1f}%"
 
 
+def _decode_point(m: dict) -> str:
+    """Where the mean decode step sits against the ridge: left of it, one more sequence is nearly free."""
+    roof, decode = m["roofline"], m["roofline"]["decode"]
+    if decode["intensity_mean"] is None:
+        return "-"
+    bound = "memory" if decode["intensity_mean"] < roof["ridge_flop_per_byte"] else "compute"
+    return f"{decode['intensity_mean']:.1f} {bound}-bound"
+
+
 def compare_table(static: dict, continuous: dict, speedup: float) -> Table:
-    table = Table(title=f"static vs continuous batching — continuous is {speedup:.2f}x the throughput",
-                  title_justify="left")
+    simulated = static.get("simulated")
+    title = f"static vs continuous batching — continuous is {speedup:.2f}x the throughput"
+    if simulated is not None:
+        title = f"SIMULATED {simulated['device']}: {title} (modelled, not measured)"
+    table = Table(title=title, title_justify="left")
     table.add_column("metric")
     table.add_column("static", justify="right")
     table.add_column("continuous", justify="right")
@@ -43,6 +55,7 @@ def compare_table(static: dict, continuous: dict, speedup: float) -> Table:
         ("prompt padding (share of tokens computed)", lambda m: _pct(m["prompt_padding_share"])),
         ("tokens computed / generated", lambda m: f"{m['tokens']['computed']} / {m['tokens']['generated']}"),
         ("mean batch size", lambda m: f"{m['batch_size']['mean']:.1f}"),
+        (f"decode FLOP/byte (ridge {static['roofline']['ridge_flop_per_byte']:.0f})", _decode_point),
         ("preemptions", lambda m: str(m["preemptions"])),
         ("completed / rejected", lambda m: f"{m['requests']['completed']} / {m['requests']['rejected']}"),
     ]
@@ -57,12 +70,12 @@ def run_compare(opts: dict, output: str) -> None:
         setup = build_setup(opts, time_scale=0.0 if opts["time_scale"] is None else opts["time_scale"],
                             num_requests=opts["num_requests"] or 256)
         check_writable(output)
-    runner = build_engine(setup).runner  # one model, reused: both runs see the same weights
+    first = build_engine(setup)  # one model, reused: both runs see the same weights (or the same simulation)
     peaks = load_peaks(setup)
     docs = {}
     for mode in ("static", "continuous"):
         config = setup.config.with_(mode=mode)
-        engine = Engine(config, runner=runner)
+        engine = Engine(config, runner=first.runner, clock=first.clock)
         result = run_and_report(engine, setup, label=f"{mode:>10} ")
         docs[mode] = metrics_document(result, setup, config.as_dict(), peaks)
         code = exit_code(result)

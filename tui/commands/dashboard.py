@@ -5,6 +5,7 @@ from __future__ import annotations
 import sys
 
 from batchtop.core_engine.measure.telemetry import TelemetrySampler
+from batchtop.core_engine.simulate.clock import VirtualClock, WallPace
 from batchtop.core_engine.torch_thread import call_in_thread
 from batchtop.tui.commands.headless import build_engine, load_peaks, pace_workload
 from batchtop.tui.commands.options import bad_input_exits, build_setup, workload_info
@@ -23,8 +24,19 @@ def run_dashboard(opts: dict, *, theme: str = "batchtop-dark", start_paused: boo
     from batchtop.tui.bridge import EngineBridge
     from batchtop.tui.widgets.waiting import arrivals_label
 
-    bridge = EngineBridge(engine, setup.requests, start_paused=start_paused, session=setup.open_session(engine, peaks))
-    app = BatchtopApp(bridge, setup.config, peaks, telemetry=TelemetrySampler(setup.config.device), theme=theme,
-                      arrivals=arrivals_label(workload_info(setup.spec, setup.requests)))
+    session = setup.open_session(engine, peaks)
+    arrivals = arrivals_label(workload_info(setup.spec, setup.requests))
+    if setup.simulation is not None:
+        from batchtop.tui.simulated_app import SimulatedApp
+
+        clock = engine.clock
+        assert isinstance(clock, VirtualClock), "a simulated engine keeps simulated time"
+        bridge = EngineBridge(engine, setup.requests, start_paused=start_paused, session=session,
+                              pace=WallPace(clock))
+        app = SimulatedApp(bridge, setup.simulation, config=setup.config, peaks=peaks, theme=theme, arrivals=arrivals)
+    else:
+        bridge = EngineBridge(engine, setup.requests, start_paused=start_paused, session=session)
+        app = BatchtopApp(bridge, setup.config, peaks, telemetry=TelemetrySampler(setup.config.device), theme=theme,
+                          arrivals=arrivals)
     code = app.run()
     sys.exit(code or 0)

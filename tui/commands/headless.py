@@ -24,6 +24,15 @@ def note(message: str) -> None:
 
 def build_engine(setup: Setup) -> Engine:
     c = setup.config
+    sim = setup.simulation
+    if sim is not None:
+        note(f"simulating {c.model.name} ({c.model.num_params() / 1e6:.0f}M params, {c.dtype}) on "
+             f"{sim.device.label}: no model runs, each step's time comes from the roofline model; "
+             f"{c.num_kv_blocks} KV blocks x {c.block_size} tokens; {len(setup.requests)} requests")
+        note(f"calibration: {sim.calibration.describe()}")
+        if sim.mismatch():
+            note(f"warning: {sim.mismatch()}")
+        return sim.engine(c)
     note(f"building {c.model.name} ({c.model.num_params() / 1e6:.0f}M params, {c.dtype}) on {c.device}; "
          f"{c.num_kv_blocks} KV blocks x {c.block_size} tokens; {len(setup.requests)} requests")
     return Engine(c)
@@ -40,7 +49,7 @@ def pace_workload(setup: Setup, engine: Engine) -> Setup:
 
 def load_peaks(setup: Setup) -> DevicePeaks:
     c = setup.config
-    peaks = device_peaks(c.device, c.dtype)
+    peaks = setup.simulation.peaks if setup.simulation is not None else device_peaks(c.device, c.dtype)
     note(f"roofs: {peaks.peak_flops / 1e9:.0f} GFLOP/s, {peaks.peak_bytes_per_s / 1e9:.1f} GB/s ({peaks.source})")
     return peaks
 
@@ -65,6 +74,8 @@ def run_and_report(engine: Engine, setup: Setup, label: str = "", session: Sessi
 def metrics_document(result: RunResult, setup: Setup, config_dict: dict, peaks: DevicePeaks | None) -> dict:
     doc = result.collector.summary(config_dict, complete=result.complete,
                                    workload=workload_info(setup.spec, setup.requests), peaks=peaks)
+    if setup.simulation is not None:
+        doc["simulated"] = setup.simulation.as_dict()
     if result.error is not None:
         doc["error"] = f"{type(result.error).__name__}: {result.error}"
     elif result.interrupted:

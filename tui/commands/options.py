@@ -14,7 +14,7 @@ import click
 from batchtop.core_engine.config import MODES, PRESETS, EngineConfig
 from batchtop.core_engine.measure.device_peaks import DevicePeaks
 from batchtop.core_engine.engine.engine import Engine
-from batchtop.core_engine.errors import BadInput
+from batchtop.core_engine.errors import BadInput, ConfigError
 from batchtop.core_engine.engine.request import Request
 from batchtop.core_engine.session.script import ScriptAction, ScriptPlayer, load_script
 from batchtop.core_engine.session.pacing import pace, paced
@@ -22,6 +22,9 @@ from batchtop.core_engine.session.session import Session
 from batchtop.core_engine.resolve import resolve_config, resolve_workload
 from batchtop.core_engine.session.trace import Recorder
 from batchtop.core_engine.session.workload import WorkloadSpec, load_workload
+from batchtop.core_engine.simulate.calibration import DEFAULT, load_calibration
+from batchtop.core_engine.simulate.device import simulated_device
+from batchtop.core_engine.simulate.simulation import Simulation
 
 EXIT_ENGINE_FAILURE = 1
 EXIT_BAD_INPUT = 2
@@ -62,6 +65,11 @@ _OPTIONS = [
                  help="Synthetic: Poisson arrivals per second (0 = all at once)."),
     click.option("--prompt-mean", type=float, default=64.0, show_default=True, help="Synthetic: mean prompt length."),
     click.option("--output-mean", type=float, default=128.0, show_default=True, help="Synthetic: mean output length."),
+    click.option("--simulate", type=str, default=None, metavar="DEVICE",
+                 help="What-if: the same scheduler on a simulated device (h200, h100, a100, l4, ... or cpu); "
+                      "no model runs, step times come from the roofline model. [default: run for real]"),
+    click.option("--calibration", type=str, default=None, metavar="FILE",
+                 help="--simulate: the model's constants from `batchtop calibrate` [default: documented defaults]."),
 ]
 SESSION_OPTIONS = [
     click.option("--record", type=str, default=None, metavar="FILE",
@@ -91,6 +99,7 @@ class Setup:
     requests: list[Request]
     script: list[ScriptAction] | None = None
     record: str | None = None
+    simulation: Simulation | None = None
 
     def open_session(self, engine: Engine, peaks: DevicePeaks | None) -> Session:
         recorder = None
@@ -100,6 +109,7 @@ class Setup:
                 "device": {"kind": self.config.device, "name": peaks.device_name if peaks else self.config.device},
                 "peaks": peaks.as_dict() if peaks is not None else None,
                 "workload": workload_info(self.spec, self.requests),
+                **({"simulated": self.simulation.as_dict()} if self.simulation is not None else {}),
             })
         player = ScriptPlayer(self.script) if self.script else None
         return Session(engine, self.requests, recorder=recorder, script=player)
@@ -118,11 +128,18 @@ class Setup:
 def build_setup(opts: dict, **overrides) -> Setup:
     """Validate everything before the (slow) model build, so bad input fails at once."""
     opts = {**opts, **overrides}
+    device = simulated_device(opts["simulate"]) if opts.get("simulate") is not None else None
+    if device is None and opts.get("calibration") is not None:
+        raise ConfigError("--calibration", "only applies to a --simulate run")
     config = resolve_config(
         model=opts["model"], device=opts["device"], dtype=opts["dtype"], mode=opts["mode"],
         max_num_seqs=opts["max_num_seqs"], max_num_batched_tokens=opts["max_num_batched_tokens"],
         block_size=opts["block_size"], num_kv_blocks=opts["num_kv_blocks"],
-        gpu_memory_utilization=opts["gpu_memory_utilization"], seed=opts["seed"])
+        gpu_memory_utilization=opts["gpu_memory_utilization"], seed=opts["seed"], simulate=device)
+    simulation = None
+    if device is not None:
+        calibration = load_calibration(opts["calibration"]) if opts.get("calibration") is not None else DEFAULT
+        simulation = Simulation(device, device.peaks(config.dtype), calibration)
     spec = resolve_workload(
         config, path=opts["workload_path"], num_requests=opts["num_requests"],
         length_scale=opts["length_scale"], prompt_scale=opts["prompt_scale"],
@@ -134,7 +151,7 @@ def build_setup(opts: dict, **overrides) -> Setup:
     if record is not None:
         from batchtop.tui.commands.output import check_writable
         check_writable(record, "--record")
-    return Setup(config, spec, requests, script, record)
+    return Setup(config, spec, requests, script, record, simulation)
 
 
 def workload_info(spec: WorkloadSpec, requests: list[Request]) -> dict:

@@ -23,6 +23,8 @@ def replay_metrics(trace: Trace) -> dict:
     complete = end.get("type") == "end" and end.get("reason") == "finished"
     doc = collector.summary(trace.header["config"], complete=complete, workload=trace.header.get("workload"),
                             peaks=peaks_from_dict(trace.header.get("peaks")))
+    if trace.header.get("simulated"):
+        doc["simulated"] = trace.header["simulated"]
     doc["replayed_from"] = trace.path
     return doc
 
@@ -43,7 +45,8 @@ def run_replay(path: str, *, headless: bool, output: str | None, speed: float, t
 
     source = ReplaySource(trace, speed=speed)
     device = trace.header.get("device", {}).get("name", config.device)
-    app = ReplayApp(source, config, peaks_from_dict(trace.header.get("peaks")), device_label=f"{device} (recorded)",
+    how = "simulated, recorded" if trace.header.get("simulated") else "recorded"
+    app = ReplayApp(source, config, peaks_from_dict(trace.header.get("peaks")), device_label=f"{device} ({how})",
                     arrivals=arrivals_label(trace.header.get("workload")),
                     theme=theme)
     sys.exit(app.run() or 0)

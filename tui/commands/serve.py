@@ -7,6 +7,7 @@ import signal
 import socket
 import sys
 
+from batchtop.core_engine.errors import ConfigError
 from batchtop.core_engine.measure.device_peaks import DevicePeaks
 from batchtop.core_engine.measure.telemetry import TelemetrySampler
 from batchtop.core_engine.serving.app import create_app
@@ -39,6 +40,9 @@ class ServeOptions:
 def run_serve(opts: dict, serve: ServeOptions) -> None:
     with bad_input_exits():
         setup = build_setup(opts)
+        if setup.simulation is not None:
+            raise ConfigError("--simulate", "a server answers real clients in real time; simulate with the "
+                                            "dashboard, --headless or compare")
         if opts["workload_path"] is None:  # a server's requests come from its clients
             setup = dataclasses.replace(setup, requests=[],
                                         spec=dataclasses.replace(setup.spec, path="none", auto_pace=False))

@@ -27,6 +27,8 @@ why the head waits (static batch running, slots full, or KV full). ↺ marks a p
 (log-log). Left of the ridge decode is memory-bound: one more sequence is nearly free.
 
 **Device** — the device, its roofs and where they come from, and live telemetry (NVML on GPUs).
+In a `--simulate` run: the simulated device's memory, KV pool and the calibration in use; panels
+whose numbers are modelled say SIMULATED in their titles.
 
 **Metrics** — generated tok/s now and its history, batch size per step, TTFT and TPOT p50/p99,
 slot and KV utilisation, preemptions, completed/total.
@@ -40,6 +42,7 @@ slot and KV utilisation, preemptions, completed/total.
 | `b` | inject a burst of requests; `r` restarts the workload |
 | `v` | Slots grid / timeline; `t` next theme; `p` save an SVG screenshot; `q` quit |
 | replay | `space` pause, `<` `>` slower / faster, `n` next step, `g` / `G` start / end |
+| `--simulate` | `<` `>` simulated time slower / faster against wall time (0.25x .. 1024x, then max) |
 
 Press `escape` or `?` to close.
 """

@@ -7,6 +7,7 @@ from rich.text import Text
 from batchtop.core_engine.config import EngineConfig
 from batchtop.core_engine.measure.device_peaks import DevicePeaks
 from batchtop.core_engine.measure.telemetry import TelemetrySample
+from batchtop.core_engine.simulate.simulation import Simulation
 from batchtop.tui.frame import DashboardFrame
 from batchtop.tui.widgets.panel import Panel
 from batchtop.tui.widgets.roofline import si
@@ -19,12 +20,15 @@ def _value(value: object, fmt: str) -> str:
 
 
 class DevicePanel(Panel):
+    MODELLED = True  # a datasheet or measured device, not the one running
+
     def __init__(self, config: EngineConfig, peaks: DevicePeaks | None, *, live: bool = True,
-                 id: str | None = "device") -> None:
+                 simulation: Simulation | None = None, id: str | None = "device") -> None:
         super().__init__(id=id)
         self.config = config
         self.peaks = peaks
         self.live = live
+        self.simulation = simulation
         self.sample: TelemetrySample | None = None
 
     def content_key(self, frame: DashboardFrame) -> object:
@@ -42,6 +46,9 @@ class DevicePanel(Panel):
         if p is not None:
             text.append(f"roofs {si(p.peak_flops, 'FLOP/s')} · {si(p.peak_bytes_per_s, 'B/s')}\n")
             text.append(f"{p.source}\n", self.style("muted"))
+        if self.simulation is not None:
+            self._simulated(text, self.simulation)
+            return text
         if s is None:
             text.append("telemetry starting…" if self.live else "recorded session: no live telemetry",
                         self.style("muted"))
@@ -60,3 +67,12 @@ class DevicePanel(Panel):
         rss = _value(None if s.process_rss_bytes is None else s.process_rss_bytes / GIB, "{:.2f} GiB")
         text.append(f"process CPU {_value(s.process_cpu_pct, '{:.0f}%')} · RSS {rss}")
         return text
+
+    def _simulated(self, text: Text, sim: Simulation) -> None:
+        """What a what-if run models instead of measuring."""
+        cal = sim.calibration
+        memory = f"memory {sim.device.memory / GIB:.0f} GiB · " if sim.device.memory else ""
+        text.append(f"{memory}KV pool {self.config.num_kv_blocks} blocks\n")
+        text.append(f"eff compute {cal.compute_efficiency:.2f} · memory {cal.memory_efficiency:.2f}\n")
+        text.append(f"+{1e3 * cal.step_overhead_s:.1f} ms/step ({cal.source})\n", self.style("muted"))
+        text.append("no telemetry: no model runs", self.style("muted"))

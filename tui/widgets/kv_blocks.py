@@ -22,6 +22,8 @@ def blocks_per_cell(num_blocks: int, width: int, height: int) -> int:
 
 
 class KVBlocksPanel(Panel):
+    MODELLED = True  # the pool is sized from the simulated device's memory
+
     def __init__(self, *, id: str | None = "kv") -> None:
         super().__init__(id=id)
 

@@ -44,6 +44,7 @@ class Runs:
 
 class Panel(Widget):
     DEFAULT_CLASSES = "panel"
+    MODELLED = False  # its numbers come from the clock or the device: a what-if run says they are modelled
 
     def __init__(self, *, id: str | None = None) -> None:
         super().__init__(id=id)
@@ -51,6 +52,7 @@ class Panel(Widget):
         self._key: object = None
         self._styles: dict[tuple, Style] = {}
         self._styles_theme: str | None = None
+        self.modelled_tag = ""  # "SIMULATED <device>" in a what-if run's modelled panels
 
     def show(self, frame: DashboardFrame, force: bool = False) -> None:
         """Repaint only when what this panel draws has changed. The dashboard decides when a frame is
@@ -60,6 +62,8 @@ class Panel(Widget):
             return
         self._key, self.frame = key, frame
         self.update_titles(frame)
+        if self.modelled_tag:
+            self.border_title = f"{self.border_title} · {self.modelled_tag}"
         self.refresh()
 
     def content_key(self, frame: DashboardFrame) -> object:

@@ -25,6 +25,8 @@ def si(value: float, unit: str) -> str:
 
 
 class RooflinePanel(Panel):
+    MODELLED = True  # the achieved FLOP/s come from modelled step times
+
     def __init__(self, peaks: DevicePeaks | None, *, id: str | None = "roofline") -> None:
         super().__init__(id=id)
         self.peaks = peaks

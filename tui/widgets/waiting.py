@@ -21,6 +21,8 @@ def arrivals_label(workload: dict | None) -> str:
 
 
 class WaitingPanel(Panel):
+    MODELLED = True  # waited times are simulated seconds
+
     def __init__(self, arrivals: str = "", *, id: str | None = "waiting") -> None:
         super().__init__(id=id)
         self.arrivals = arrivals  # how the arrivals are paced, for the subtitle

@@ -1,0 +1,60 @@
+"""A measured decode sweep: B same-length sequences decoding together on the real engine, for each B.
+
+What `batchtop calibrate` fits its constants to, and what the decode benches time.
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass
+
+from batchtop.core_engine.engine.engine import Engine
+from batchtop.core_engine.engine.request import Request
+from batchtop.core_engine.engine.snapshot import StepSnapshot
+
+
+@dataclass(frozen=True, slots=True)
+class StepSample:
+    """One measured step: its work (the roofline's FLOPs and bytes) and how long it took."""
+
+    batch: int
+    flops: float
+    bytes: float
+    seconds: float
+
+    def as_dict(self) -> dict:
+        return {"batch": self.batch, "flops": self.flops, "bytes": self.bytes, "seconds": self.seconds}
+
+
+def decode_steps(engine: Engine, batch: int, context: int, steps: int) -> list[StepSnapshot]:
+    """Snapshots of `steps` pure-decode steps at exactly `batch` rows, after one warm-up step
+    (its allocator and cache misses would overstate the cost)."""
+    engine.load_workload([Request(f"b{batch}-{i}", tuple(range(1, context + 1)), steps + 4) for i in range(batch)])
+    snaps = []
+    while not engine.is_done():
+        snap = engine.step()
+        if snap.is_step and snap.num_prefill_tokens == 0 and snap.num_seqs == batch:
+            snaps.append(snap)
+    return snaps[1:steps + 1]
+
+
+def decode_sweep(engine: Engine, batches: list[int], context: int, steps: int) -> list[StepSample]:
+    """`steps` measured decode steps at each batch size, each on a fresh engine sharing `engine`'s model."""
+    samples = []
+    for batch in batches:
+        probe = Engine(engine.config.with_(max_num_seqs=batch, max_num_batched_tokens=batch * context),
+                       runner=engine.runner, clock=engine.clock)
+        samples += [StepSample(batch, s.cost.flops, s.cost.bytes, s.step_time_s)
+                    for s in decode_steps(probe, batch, context, steps)]
+    return samples
+
+
+def batch_medians(samples: list[StepSample]) -> list[StepSample]:
+    """One sample per batch size, its median step: a neighbour's burst on a shared host skews a mean,
+    not a median."""
+    out = []
+    for batch in sorted({s.batch for s in samples}):
+        mine = [s for s in samples if s.batch == batch]
+        out.append(StepSample(batch, statistics.median(s.flops for s in mine), statistics.median(s.bytes for s in mine),
+                              statistics.median(s.seconds for s in mine)))
+    return out

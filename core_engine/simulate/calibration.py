@@ -1,0 +1,85 @@
+"""The three constants that turn a step's FLOPs and bytes into seconds, and the file that holds them.
+
+    step time = max(FLOPs / (peak FLOP/s x compute_efficiency), bytes / (peak B/s x memory_efficiency))
+                + step_overhead_s
+
+The defaults describe a GPU serving stack: decode kernels stream weights and KV at ~80% of HBM
+bandwidth, large bf16 GEMMs reach ~60% of the dense tensor-core peak, and a Python engine loop
+(scheduling, input building, sampling, launches) costs a few milliseconds per step.
+`batchtop calibrate -o FILE` fits all three to a measured decode sweep instead.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from batchtop.core_engine.engine.snapshot import StepCost
+from batchtop.core_engine.errors import ConfigError
+from batchtop.core_engine.measure.device_peaks import DevicePeaks
+from batchtop.core_engine.measure.roofline import roofline_time
+
+CALIBRATION_SCHEMA = "batchtop.calibration/1"
+CONSTANTS = ("compute_efficiency", "memory_efficiency", "step_overhead_s")
+
+
+@dataclass(frozen=True, slots=True)
+class Calibration:
+    compute_efficiency: float  # share of the peak FLOP/s a step's GEMMs reach
+    memory_efficiency: float  # share of the peak bandwidth its weight and KV reads reach
+    step_overhead_s: float  # host time per step outside the device work
+    source: str = "defaults"  # "defaults" or the file it was read from
+    fitted_on: dict = field(default_factory=dict, compare=False)  # device, model, dtype of the fit
+
+    def device_time(self, cost: StepCost, peaks: DevicePeaks) -> float:
+        """The roofline time of a step's device work, at the reachable (not the peak) roofs."""
+        return roofline_time(cost.flops, cost.bytes, peaks.peak_flops * self.compute_efficiency,
+                             peaks.peak_bytes_per_s * self.memory_efficiency)
+
+    def constants(self) -> dict:
+        return {name: getattr(self, name) for name in CONSTANTS}
+
+    def as_dict(self) -> dict:
+        return {**self.constants(), "source": self.source, **({"fitted_on": self.fitted_on} if self.fitted_on else {})}
+
+    def describe(self) -> str:
+        return (f"compute eff {self.compute_efficiency:.2f} · memory eff {self.memory_efficiency:.2f} · "
+                f"overhead {1e3 * self.step_overhead_s:.1f} ms ({self.source})")
+
+
+DEFAULT = Calibration(compute_efficiency=0.6, memory_efficiency=0.8, step_overhead_s=0.002)
+
+
+def load_calibration(path: str) -> Calibration:
+    """Read a calibration file; anything unusable is a ConfigError naming the file and the constant."""
+    def bad(message: str) -> ConfigError:
+        return ConfigError("--calibration", f"{path}: {message}")
+
+    p = Path(path)
+    if not p.is_file():
+        raise bad("no such file" if not p.exists() else "not a regular file")
+    try:
+        data = json.loads(p.read_text(encoding="utf-8"))
+    except UnicodeDecodeError:
+        raise bad("not a text file") from None
+    except json.JSONDecodeError as exc:
+        raise bad(f"not JSON ({exc.msg} at line {exc.lineno})") from None
+    if not isinstance(data, dict):
+        raise bad("must be a JSON object with " + ", ".join(CONSTANTS))
+    schema = data.get("schema", CALIBRATION_SCHEMA)
+    if schema != CALIBRATION_SCHEMA:
+        raise bad(f"schema is {schema!r}, expected {CALIBRATION_SCHEMA!r}")
+    values = {}
+    for name in CONSTANTS:
+        if name not in data:
+            raise bad(f"{name} is missing")
+        value = data[name]
+        if not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(value):
+            raise bad(f"{name} must be a number, got {value!r}")
+        if value <= 0:
+            raise bad(f"{name} must be > 0, got {value!r}")
+        values[name] = float(value)
+    fitted_on = data.get("fitted_on")
+    return Calibration(**values, source=path, fitted_on=fitted_on if isinstance(fitted_on, dict) else {})

@@ -1,0 +1,71 @@
+"""A runner with the ModelRunner's interface that runs no model: each step advances a virtual clock
+by its modelled time and hands every sequence that completes a step a synthetic token."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from batchtop.core_engine.config import EngineConfig
+from batchtop.core_engine.engine.engine import plan_chunks
+from batchtop.core_engine.engine.request import Sequence
+from batchtop.core_engine.engine.scheduler import SchedulerOutput
+from batchtop.core_engine.engine.snapshot import StepCost
+from batchtop.core_engine.measure.device_peaks import DevicePeaks
+from batchtop.core_engine.measure.roofline import step_cost
+from batchtop.core_engine.simulate.calibration import Calibration
+from batchtop.core_engine.simulate.clock import VirtualClock
+
+SYNTHETIC_TOKEN = 0  # no model, no text: lengths follow max_tokens (EOS is ignored, as in every workload)
+
+StepTimer = Callable[[StepCost], tuple[float, float]]  # a step's work -> (host seconds, device seconds)
+
+
+class RooflineTimer:
+    """The what-if model: calibrated roofline time for the device work, a fixed host cost per step."""
+
+    def __init__(self, peaks: DevicePeaks, calibration: Calibration) -> None:
+        self.peaks = peaks
+        self.calibration = calibration
+
+    def __call__(self, cost: StepCost) -> tuple[float, float]:
+        return self.calibration.step_overhead_s, self.calibration.device_time(cost, self.peaks)
+
+
+class NullSampler:
+    """Nothing is sampled, so there is no per-request state to forget."""
+
+    def forget(self, seq: Sequence) -> None:
+        pass
+
+    def reset(self) -> None:
+        pass
+
+
+@dataclass(frozen=True, slots=True)
+class SimulatedStep:
+    logits_rows: range  # as many as the real runner would send to the lm_head
+    sampled: tuple[Sequence, ...]
+    device_s: float
+
+
+class SimulatedRunner:
+    def __init__(self, config: EngineConfig, clock: VirtualClock, timer: StepTimer) -> None:
+        self.config = config
+        self.clock = clock
+        self.timer = timer
+        self.sampler = NullSampler()
+
+    def prepare(self, plan: SchedulerOutput) -> SimulatedStep:
+        """The host part of the step: its modelled overhead passes here, as input building would."""
+        # a decode row, or the chunk that completes a prompt, yields a token; plan order is decodes first
+        sampled = tuple(seq for seq, n in plan.scheduled if seq.num_computed_tokens + n == seq.num_tokens)
+        rows = len(sampled) + len(plan.padding)  # static batching's padding rows reach the lm_head too
+        cost = step_cost(self.config.model, self.config.dtype, plan_chunks(plan), num_logit_rows=rows)
+        host_s, device_s = self.timer(cost)
+        self.clock.advance(host_s)
+        return SimulatedStep(range(rows), sampled, device_s)
+
+    def run(self, batch: SimulatedStep) -> list[tuple[Sequence, int]]:
+        self.clock.advance(batch.device_s)
+        return [(seq, SYNTHETIC_TOKEN) for seq in batch.sampled]

@@ -1,0 +1,45 @@
+"""One what-if setup: the simulated device, its roofs, the calibration, and engines built on them."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from batchtop.core_engine.config import EngineConfig
+from batchtop.core_engine.engine.engine import Engine
+from batchtop.core_engine.measure.device_peaks import DevicePeaks
+from batchtop.core_engine.simulate.calibration import Calibration
+from batchtop.core_engine.simulate.clock import VirtualClock
+from batchtop.core_engine.simulate.device import SimulatedDevice
+from batchtop.core_engine.simulate.runner import RooflineTimer, SimulatedRunner
+
+
+@dataclass(frozen=True, slots=True)
+class Simulation:
+    device: SimulatedDevice
+    peaks: DevicePeaks
+    calibration: Calibration
+
+    @property
+    def tag(self) -> str:
+        """What screens put beside every modelled number."""
+        return f"SIMULATED {self.device.label}"
+
+    def engine(self, config: EngineConfig) -> Engine:
+        """The real engine (scheduler, allocator, policies) over a simulated runner and a virtual clock."""
+        clock = VirtualClock()
+        runner = SimulatedRunner(config, clock, RooflineTimer(self.peaks, self.calibration))
+        return Engine(config, runner=runner, clock=clock)
+
+    def as_dict(self) -> dict:
+        """The metrics JSON's "simulated" record."""
+        return {"device": self.device.label, "name": self.device.name, "memory_bytes": self.device.memory,
+                "peaks_source": self.peaks.source, "peaks": self.peaks.as_dict(),
+                "calibration": self.calibration.as_dict()}
+
+    def mismatch(self) -> str | None:
+        """A warning when the calibration was fitted on another device or model than this run's."""
+        fitted = self.calibration.fitted_on.get("device")
+        # a GPU's own name ("NVIDIA H100 80GB HBM3") contains its datasheet entry ("H100")
+        if fitted and self.peaks.device_name.lower() not in str(fitted).lower():
+            return f"the calibration was fitted on {fitted}, this run simulates {self.peaks.device_name}"
+        return None

@@ -1,0 +1,98 @@
+"""`batchtop calibrate`: fit the what-if model's three constants to steps measured on this device
+(a short decode sweep), or to the steps of a session recorded anywhere (--from-trace)."""
+
+from __future__ import annotations
+
+import statistics
+import sys
+
+import torch
+from rich.console import Console
+from rich.table import Table
+
+from batchtop.core_engine.engine.engine import Engine
+from batchtop.core_engine.engine.kv_cache import cdiv
+from batchtop.core_engine.errors import ConfigError
+from batchtop.core_engine.measure.device_peaks import DevicePeaks, device_peaks, peaks_from_dict
+from batchtop.core_engine.resolve import resolve_config
+from batchtop.core_engine.session.trace import read_trace
+from batchtop.core_engine.simulate.calibration import CALIBRATION_SCHEMA
+from batchtop.core_engine.simulate.fit import Fit, fit_calibration, predict
+from batchtop.core_engine.measure.decode_sweep import StepSample, batch_medians, decode_sweep
+from batchtop.tui.commands.headless import note
+from batchtop.tui.commands.options import bad_input_exits
+from batchtop.tui.commands.output import check_writable, write_json
+
+
+def parse_batches(text: str) -> list[int]:
+    try:
+        batches = [int(b) for b in text.split(",")]
+    except ValueError:
+        raise ConfigError("--batches", f"must be comma-separated integers, got {text!r}") from None
+    if any(b < 1 for b in batches) or len(set(batches)) < 2:
+        raise ConfigError("--batches", f"needs two or more distinct batch sizes >= 1 (three constants are "
+                                       f"fitted), got {text!r}")
+    return sorted(set(batches))
+
+
+def measured_sweep(opts: dict, batches: list[int]) -> tuple[list[StepSample], DevicePeaks, dict]:
+    steps, context = opts["steps"], opts["context"]
+    per_seq = cdiv(context + steps + 4, 16)  # the sweep's sequences never outgrow their pool
+    config = resolve_config(model=opts["model"], device=opts["device"], dtype=opts["dtype"],
+                            max_num_seqs=max(batches), max_num_batched_tokens=max(batches) * context,
+                            num_kv_blocks=max(batches) * per_seq, seed=opts["seed"])
+    note(f"measuring decode steps of {config.model.name} ({config.dtype}) on {config.device} at batch "
+         f"{', '.join(map(str, batches))}, context {context}, {steps} steps each")
+    engine = Engine(config)
+    peaks = device_peaks(config.device, config.dtype)
+    samples = batch_medians(decode_sweep(engine, batches, context, steps))
+    return samples, peaks, {"device": peaks.device_name, "model": config.model.name, "dtype": config.dtype,
+                            "batches": batches, "context": context, "steps": steps,
+                            "torch": torch.__version__, "threads": torch.get_num_threads()}
+
+
+def recorded_steps(path: str) -> tuple[list[StepSample], DevicePeaks, dict]:
+    trace = read_trace(path)
+    if trace.header.get("simulated"):
+        raise ConfigError("--from-trace", f"{path}: a simulated session: its step times are modelled, not measured")
+    peaks = peaks_from_dict(trace.header.get("peaks"))
+    if peaks is None:
+        raise ConfigError("--from-trace", f"{path}: the trace records no device peaks")
+    samples = [StepSample(snap.num_seqs, snap.cost.flops, snap.cost.bytes, snap.step_time_s)
+               for _, snap in trace.snapshots() if snap is not None and snap.is_step and snap.step_time_s > 0]
+    if len({(s.flops, s.bytes) for s in samples}) < 2:
+        raise ConfigError("--from-trace", f"{path}: needs two or more different steps to fit, has {len(samples)}")
+    config = trace.header.get("config", {})
+    return samples, peaks, {"device": peaks.device_name, "model": config.get("model", {}).get("name"),
+                            "dtype": config.get("dtype"), "trace": path, "steps": len(samples)}
+
+
+def fit_table(fit: Fit, samples: list[StepSample], peaks: DevicePeaks) -> Table:
+    table = Table(title=f"fitted: {fit.calibration.describe()}", title_justify="left")
+    for column in ("batch", "measured ms", "predicted ms", "error"):
+        table.add_column(column, justify="right")
+    for batch in sorted({s.batch for s in samples}):
+        mine = [s for s in samples if s.batch == batch]
+        measured = statistics.median(s.seconds for s in mine)
+        predicted = statistics.median(predict(fit.calibration, s, peaks) for s in mine)
+        table.add_row(str(batch), f"{1e3 * measured:.2f}", f"{1e3 * predicted:.2f}",
+                      f"{100 * (predicted / measured - 1):+.1f}%")
+    return table
+
+
+def run_calibrate(opts: dict, output: str) -> None:
+    with bad_input_exits():
+        check_writable(output)
+        if opts["from_trace"] is not None:
+            samples, peaks, fitted_on = recorded_steps(opts["from_trace"])
+        else:
+            samples, peaks, fitted_on = measured_sweep(opts, parse_batches(opts["batches"]))
+    fit = fit_calibration(samples, peaks, source=output, fitted_on=fitted_on)
+    cal = fit.calibration
+    for name, (lo, hi) in fit.ranges.items():
+        if hi / lo > 1.05:
+            note(f"{name}: any value in {lo:.2f}..{hi:.2f} fits these steps equally well (they never met "
+                 f"that roof); kept {getattr(cal, name):.2f}, the nearest to the default")
+    write_json({"schema": CALIBRATION_SCHEMA, **cal.constants(), "fitted_on": {**fitted_on, "peaks": peaks.as_dict()},
+                "fit": fit.as_dict(), "samples": [s.as_dict() for s in samples]}, output)
+    Console(file=sys.stderr if output == "-" else sys.stdout).print(fit_table(fit, samples, peaks))
