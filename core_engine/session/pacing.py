@@ -65,12 +65,15 @@ def measure_throughput(engine: Engine, requests: list[Request], concurrency: int
     probe = Engine(engine.config.with_(mode="continuous", max_num_seqs=concurrency), runner=engine.runner,
                    clock=engine.clock)
     probe.load_workload([Request(f"pace{i}", prompt, n) for i, n in enumerate(lengths)])
+    first_ids = {f"pace{i}" for i in range(concurrency)}
+    started: set[str] = set()
     busy, generated, steps, before = 0.0, 0, 0, 0
     while not probe.is_done() and steps < output_len and busy < budget_s:
         snap = probe.step()
         tokens, before = snap.counters.generated_tokens - before, snap.counters.generated_tokens
-        if snap.counters.completed == 0:
-            continue  # the first wave's own prefill, all at once, is not part of the steady state
+        if len(started) < concurrency:  # the first wave's own prefill, all at once, is no steady state:
+            started |= first_ids.intersection(rid for rid, _ in snap.new_tokens)  # wait for its last first token
+            continue
         busy += snap.step_time_s
         generated += tokens
         steps += 1
