@@ -10,6 +10,22 @@ MODES = ("continuous", "static")
 
 
 @dataclass(frozen=True, slots=True)
+class RopeScaling:
+    """Llama 3.x RoPE scaling ("rope_type": "llama3"): slow rotary frequencies are divided by `factor`,
+    fast ones are kept, and those in between are blended, so the model reads past its training length."""
+
+    factor: float
+    low_freq_factor: float
+    high_freq_factor: float
+    original_max_position_embeddings: int
+
+    def as_dict(self) -> dict:
+        return {"rope_type": "llama3", "factor": self.factor, "low_freq_factor": self.low_freq_factor,
+                "high_freq_factor": self.high_freq_factor,
+                "original_max_position_embeddings": self.original_max_position_embeddings}
+
+
+@dataclass(frozen=True, slots=True)
 class ModelConfig:
     """Dims of a Llama-family decoder; names follow Hugging Face's LlamaConfig."""
 
@@ -23,43 +39,82 @@ class ModelConfig:
     max_position_embeddings: int = 4096  # max_model_len: prompt + output may not exceed it
     rope_theta: float = 10000.0
     rms_norm_eps: float = 1e-5
+    head_dim: int = 0  # 0: hidden_size // num_attention_heads; Qwen3 and Mistral Nemo set their own
+    attention_bias: bool = False  # biases on q/k/v (Qwen2; Llama's attention_bias)
+    o_proj_bias: bool = False  # a bias on o_proj too (Llama's attention_bias, not Qwen2's)
+    mlp_bias: bool = False  # biases on gate/up/down (Llama's mlp_bias)
+    qk_norm: bool = False  # RMSNorm over each q and k head before RoPE (Qwen3)
+    rope_scaling: RopeScaling | None = None
+    tie_word_embeddings: bool = False  # the lm_head is the embedding matrix
+    eos_token_ids: tuple[int, ...] = ()  # generation stops at these unless the request ignores EOS
+    architecture: str = "LlamaForCausalLM"
+    checkpoint: str | None = None  # Hugging Face model directory the weights load from; None: seeded random
 
     def __post_init__(self) -> None:
         for name in ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers",
                      "num_attention_heads", "num_key_value_heads", "max_position_embeddings"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"model.{name}", f"must be >= 1, got {getattr(self, name)}")
-        if self.hidden_size % self.num_attention_heads:
-            raise ConfigError("model.hidden_size", "must be divisible by num_attention_heads")
+        if self.head_dim < 0:
+            raise ConfigError("model.head_dim", f"must be >= 1, got {self.head_dim}")
+        if not self.head_dim:
+            if self.hidden_size % self.num_attention_heads:
+                raise ConfigError("model.hidden_size", "must be divisible by num_attention_heads")
+            object.__setattr__(self, "head_dim", self.hidden_size // self.num_attention_heads)
+        if self.head_dim % 2:
+            raise ConfigError("model.head_dim", f"must be even (RoPE rotates pairs), got {self.head_dim}")
         if self.num_attention_heads % self.num_key_value_heads:
             raise ConfigError("model.num_key_value_heads", "must divide num_attention_heads")
 
     @property
-    def head_dim(self) -> int:
-        return self.hidden_size // self.num_attention_heads
+    def q_dim(self) -> int:
+        return self.num_attention_heads * self.head_dim
 
     @property
     def kv_dim(self) -> int:
         return self.num_key_value_heads * self.head_dim
 
+    def layer_matmul_params(self) -> int:
+        """Weights one token multiplies through in a layer: the GEMM part of the FLOPs."""
+        h, q, kv, i = self.hidden_size, self.q_dim, self.kv_dim, self.intermediate_size
+        return h * q + 2 * h * kv + q * h + 3 * h * i  # q, k, v, o; gate, up, down
+
     def layer_params(self) -> int:
-        h, kv, i = self.hidden_size, self.kv_dim, self.intermediate_size
-        attention = h * h + 2 * h * kv + h * h  # q, k, v, o
-        mlp = 3 * h * i  # gate, up, down
-        return attention + mlp + 2 * h  # two RMSNorm weights
+        h, q, kv, i = self.hidden_size, self.q_dim, self.kv_dim, self.intermediate_size
+        biases = ((q + 2 * kv) * self.attention_bias + h * self.o_proj_bias
+                  + (2 * i + h) * self.mlp_bias)
+        norms = 2 * h + 2 * self.head_dim * self.qk_norm
+        return self.layer_matmul_params() + biases + norms
 
     def num_params(self) -> int:
         embed = self.vocab_size * self.hidden_size
-        return embed + self.num_hidden_layers * self.layer_params() + self.hidden_size + embed  # + lm_head
+        lm_head = 0 if self.tie_word_embeddings else embed
+        return embed + self.num_hidden_layers * self.layer_params() + self.hidden_size + lm_head
 
     def as_dict(self) -> dict:
         return {
-            "name": self.name, "vocab_size": self.vocab_size, "hidden_size": self.hidden_size,
+            "name": self.name, "architecture": self.architecture, "checkpoint": self.checkpoint,
+            "vocab_size": self.vocab_size, "hidden_size": self.hidden_size,
             "intermediate_size": self.intermediate_size, "num_hidden_layers": self.num_hidden_layers,
             "num_attention_heads": self.num_attention_heads,
             "num_key_value_heads": self.num_key_value_heads, "head_dim": self.head_dim,
-            "max_position_embeddings": self.max_position_embeddings, "num_params": self.num_params(),
+            "max_position_embeddings": self.max_position_embeddings, "rope_theta": self.rope_theta,
+            "rms_norm_eps": self.rms_norm_eps, "attention_bias": self.attention_bias,
+            "o_proj_bias": self.o_proj_bias, "mlp_bias": self.mlp_bias, "qk_norm": self.qk_norm,
+            "rope_scaling": self.rope_scaling.as_dict() if self.rope_scaling else None,
+            "tie_word_embeddings": self.tie_word_embeddings, "eos_token_ids": list(self.eos_token_ids),
+            "num_params": self.num_params(),
         }
+
+    @classmethod
+    def from_dict(cls, data: dict) -> ModelConfig:
+        """The inverse of as_dict(); keys it does not know (num_params, newer fields) are skipped."""
+        fields = {k: v for k, v in data.items() if k in cls.__dataclass_fields__}
+        if fields.get("rope_scaling"):
+            fields["rope_scaling"] = RopeScaling(**{k: v for k, v in fields["rope_scaling"].items()
+                                                    if k in RopeScaling.__dataclass_fields__})
+        fields["eos_token_ids"] = tuple(fields.get("eos_token_ids", ()))
+        return cls(**fields)
 
 
 PRESETS: dict[str, ModelConfig] = {
@@ -134,6 +189,5 @@ class EngineConfig:
 
 def config_from_dict(data: dict) -> EngineConfig:
     """Rebuild an EngineConfig from its as_dict() form (a trace header, a metrics file)."""
-    model_fields = {k: v for k, v in data["model"].items() if k in ModelConfig.__dataclass_fields__}
     engine_fields = {k: v for k, v in data.items() if k in EngineConfig.__dataclass_fields__ and k != "model"}
-    return EngineConfig(model=ModelConfig(**model_fields), **engine_fields)
+    return EngineConfig(model=ModelConfig.from_dict(data["model"]), **engine_fields)

@@ -25,6 +25,22 @@ def test_one_decode_row_matches_a_hand_calculation():
     assert cost.bytes == 784 + 112 + 4 * (8 + 12 + 8 + 24 + 12)  # + activations in and out = 1152
 
 
+def test_an_explicit_head_dim_biases_q_k_norms_and_a_tied_lm_head_are_counted():
+    # Qwen3-like: head_dim 4 (not hidden / heads = 2), q/k/v biases, q/k RMSNorm, lm_head = embedding
+    m = ModelConfig("qk", vocab_size=10, hidden_size=4, intermediate_size=8, num_hidden_layers=1,
+                    num_attention_heads=2, num_key_value_heads=1, head_dim=4, attention_bias=True, qk_norm=True,
+                    tie_word_embeddings=True)
+    cost = step_cost(m, "float32", [Chunk(start=5, num_tokens=1)], num_logit_rows=1)
+    gemm_weights = 4 * 8 + 2 * 4 * 4 + 8 * 4 + 3 * 4 * 8  # q (q_dim 8), k+v (kv_dim 4), o, MLP = 192
+    assert cost.weight_flops == 2 * gemm_weights + 2 * 4 * 10
+    assert cost.attn_flops == 4 * 2 * 4 * 6  # heads * head_dim, not hidden
+    layer = gemm_weights + (8 + 2 * 4) + (2 * 4 + 2 * 4)  # + q/k/v biases + two norms and q/k norms = 224
+    assert m.num_params() == 10 * 4 + layer + 4  # embedding (also the lm_head) + layer + final norm
+    assert cost.weight_bytes == (layer + 40 + 4) * 4  # the tied lm_head is still read every step
+    assert cost.kv_bytes == 2 * 4 * 4 * (6 + 1)
+    assert cost.bytes == cost.weight_bytes + cost.kv_bytes + 4 * ((4 + 8) + 2 * (4 + 4) + (8 + 4) + 2 * (4 + 8) + (8 + 4))
+
+
 def test_a_prefill_chunk_counts_causal_keys():
     cost = step_cost(HAND, "float32", [Chunk(start=3, num_tokens=4)], num_logit_rows=1)
     keys = 4 + 5 + 6 + 7  # positions 3..6 see 4..7 keys

@@ -1,14 +1,17 @@
 """FLOPs and bytes of one forward step, counted analytically from the model dims and the batch.
 
 Per step with T tokens fed, S rows through the lm_head, L layers, hidden H, q heads nh, kv heads kvh,
-head dim hd, element size e bytes (in the spirit of nanoGPT's estimate_mfu):
+head dim hd (its own number on Qwen3: not always H / nh), element size e bytes (in the spirit of
+nanoGPT's estimate_mfu):
 
-  weight FLOPs   = 2 * P_layers * T + 2 * H * V * S        every token meets every layer weight once;
+  weight FLOPs   = 2 * P_matmul * T + 2 * H * V * S        every token meets every layer weight once;
                                                            only sampled rows (and static batching's
                                                            padding rows) reach the lm_head
   attention FLOPs = L * sum over query tokens of 4 * nh * hd * keys_seen     (QK^T and PV)
   weight bytes   = (P_layers + H * V + H) * e              read once per step, whatever the batch:
                                                            this is why decode batching is nearly free
+                                                           (P_layers counts biases and norms too; a
+                                                           tied lm_head is still read once per step)
   KV bytes       = L * 2 * kvh * hd * e * (sum of keys read per row + T written)
   activation bytes = L * T * e * (sum over the 7 projections of in + out widths)
 
@@ -41,7 +44,7 @@ def element_size(dtype: str) -> int:
 def step_cost(model: ModelConfig, dtype: str, chunks: list[Chunk], num_logit_rows: int) -> StepCost:
     e = element_size(dtype)
     h, v, layers = model.hidden_size, model.vocab_size, model.num_hidden_layers
-    layer_weights = model.layer_params() - 2 * h  # norms are vectors, not GEMMs
+    layer_weights = model.layer_matmul_params()  # norms and biases are vectors, not GEMMs
     tokens = sum(c.num_tokens for c in chunks)
     keys = sum(c.num_tokens * (c.start + c.keys_offset) + c.num_tokens * (c.num_tokens - 1) // 2
                for c in chunks)
@@ -51,7 +54,7 @@ def step_cost(model: ModelConfig, dtype: str, chunks: list[Chunk], num_logit_row
     weight_bytes = (model.layer_params() * layers + h * v + h) * e
     kv_row = 2 * model.kv_dim * e  # K and V of one token in one layer
     kv_bytes = layers * kv_row * (keys + tokens)
-    q, kv, i = h, model.kv_dim, model.intermediate_size
+    q, kv, i = model.q_dim, model.kv_dim, model.intermediate_size
     proj_widths = (h + q) + 2 * (h + kv) + (q + h) + 2 * (h + i) + (i + h)
     act_bytes = layers * tokens * e * proj_widths
     return StepCost(flops=float(weight_flops + attn_flops),

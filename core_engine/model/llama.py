@@ -1,12 +1,15 @@
 """A Llama-family decoder (RMSNorm, RoPE, GQA, SwiGLU) over a flat, paged token batch.
 
-Parameter names and math match Hugging Face's LlamaForCausalLM, so its state_dict loads both ways.
+Parameter names and math match Hugging Face's LlamaForCausalLM, so its state_dict loads both ways;
+the options Mistral, Qwen2 and Qwen3 add (q/k/v biases, q/k RMSNorm, an explicit head_dim, Llama 3's
+RoPE scaling, a tied lm_head) come from the ModelConfig.
 The forward takes every scheduled token of every sequence as one flat batch of T tokens (no padding),
 and attends through the paged KV pool that the runner owns and describes in an AttentionBatch.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import torch
@@ -50,11 +53,28 @@ class RMSNorm(nn.Module):
         return F.rms_norm(x, (x.shape[-1],), self.weight, self.variance_epsilon)
 
 
-def rope_cos_sin(positions: torch.Tensor, head_dim: int, theta: float,
+def rope_inv_freq(config: ModelConfig) -> torch.Tensor:
+    """Rotary frequencies (head_dim / 2,) in fp32 on the CPU, with Llama 3's scaling where configured."""
+    hd = config.head_dim
+    inv_freq = 1.0 / (config.rope_theta ** (torch.arange(0, hd, 2, dtype=torch.float32, device="cpu") / hd))
+    scaling = config.rope_scaling
+    if scaling is None:
+        return inv_freq
+    # A frequency whose wavelength is short next to the original context keeps its value; one whose
+    # wavelength is long is slowed by `factor`; in between, the two are blended linearly in
+    # original_context / wavelength, from low_freq_factor (all slowed) to high_freq_factor (all kept).
+    context = scaling.original_max_position_embeddings
+    wavelength = 2 * math.pi / inv_freq
+    slowed = inv_freq / scaling.factor
+    keep = (context / wavelength - scaling.low_freq_factor) / (scaling.high_freq_factor - scaling.low_freq_factor)
+    blended = (1 - keep) * slowed + keep * inv_freq
+    out = torch.where(wavelength > context / scaling.low_freq_factor, slowed, blended)
+    return torch.where(wavelength < context / scaling.high_freq_factor, inv_freq, out)
+
+
+def rope_cos_sin(positions: torch.Tensor, inv_freq: torch.Tensor,
                  dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
     """cos/sin tables (T, head_dim) for the given positions, computed in fp32 as HF does."""
-    inv_freq = 1.0 / (theta ** (torch.arange(0, head_dim, 2, device=positions.device,
-                                             dtype=torch.float32) / head_dim))
     freqs = positions.float()[:, None] * inv_freq[None, :]
     emb = torch.cat((freqs, freqs), dim=-1)
     return emb.cos().to(dtype), emb.sin().to(dtype)
@@ -67,23 +87,33 @@ def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.T
     return x * cos[:, None, :] + rotated * sin[:, None, :]
 
 
-def split_fused(fused: str, parts: tuple[tuple[str, int], ...]):
-    """State-dict hooks that store one fused projection under Hugging Face's separate names.
+def register_fused(module: nn.Module, fused: str, parts: tuple[tuple[str, int], ...]) -> None:
+    """Store one fused projection (weight and bias) under Hugging Face's separate names.
 
     One GEMM over [q; k; v] (and [gate; up]) streams the weights in one pass, which is measurably
-    faster for small-batch decode on CPU; the hooks keep state_dict() and load_state_dict() in HF form.
+    faster for small-batch decode on CPU; state-dict hooks keep state_dict() and load_state_dict() in
+    HF form, and `fused_parts` tells hf_parameters() (the checkpoint loader) where each part lives.
     """
+    if not hasattr(module, "fused_parts"):
+        module.fused_parts = {}
+    module.fused_parts[fused] = parts
+    sizes = [n for _, n in parts]
+
     def save(module, state_dict, prefix, local_metadata):
-        weight = state_dict.pop(prefix + fused + ".weight")
-        for (name, _), piece in zip(parts, weight.split([n for _, n in parts])):
-            state_dict[prefix + name + ".weight"] = piece
+        for leaf in ("weight", "bias"):
+            tensor = state_dict.pop(f"{prefix}{fused}.{leaf}", None)
+            if tensor is not None:
+                for (name, _), piece in zip(parts, tensor.split(sizes)):
+                    state_dict[f"{prefix}{name}.{leaf}"] = piece
 
     def load(module, state_dict, prefix, *args):
-        names = [prefix + name + ".weight" for name, _ in parts]
-        if all(n in state_dict for n in names):
-            state_dict[prefix + fused + ".weight"] = torch.cat([state_dict.pop(n) for n in names])
+        for leaf in ("weight", "bias"):
+            names = [f"{prefix}{name}.{leaf}" for name, _ in parts]
+            if all(n in state_dict for n in names):
+                state_dict[f"{prefix}{fused}.{leaf}"] = torch.cat([state_dict.pop(n) for n in names])
 
-    return save, load
+    module._register_state_dict_hook(save)
+    module.register_load_state_dict_pre_hook(load)
 
 
 class Attention(nn.Module):
@@ -95,21 +125,24 @@ class Attention(nn.Module):
         self.head_dim = config.head_dim
         self.scale = self.head_dim ** -0.5
         h = config.hidden_size
-        self.q_size, self.kv_size = self.num_heads * self.head_dim, config.kv_dim
-        self.qkv_proj = PackedLinear(h, self.q_size + 2 * self.kv_size, bias=False)  # HF: q_proj, k_proj, v_proj
-        self.o_proj = PackedLinear(self.q_size, h, bias=False)
-        save, load = split_fused("qkv_proj", (("q_proj", self.q_size), ("k_proj", self.kv_size),
-                                                   ("v_proj", self.kv_size)))
-        self._register_state_dict_hook(save)
-        self.register_load_state_dict_pre_hook(load)
+        self.q_size, self.kv_size = config.q_dim, config.kv_dim
+        # HF: q_proj, k_proj, v_proj
+        self.qkv_proj = PackedLinear(h, self.q_size + 2 * self.kv_size, bias=config.attention_bias)
+        self.o_proj = PackedLinear(self.q_size, h, bias=config.o_proj_bias)
+        register_fused(self, "qkv_proj", (("q_proj", self.q_size), ("k_proj", self.kv_size),
+                                          ("v_proj", self.kv_size)))
+        self.q_norm = RMSNorm(self.head_dim, config.rms_norm_eps) if config.qk_norm else None
+        self.k_norm = RMSNorm(self.head_dim, config.rms_norm_eps) if config.qk_norm else None
 
     def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
                 batch: AttentionBatch) -> torch.Tensor:
         t = x.shape[0]
         qkv = self.qkv_proj(x)
         # q and k heads sit side by side in qkv: rotate them in one pass
-        qk = apply_rope(qkv[:, :self.q_size + self.kv_size].view(t, self.num_heads + self.num_kv_heads,
-                                                                 self.head_dim), cos, sin)
+        qk = qkv[:, :self.q_size + self.kv_size].view(t, self.num_heads + self.num_kv_heads, self.head_dim)
+        if self.q_norm is not None:  # Qwen3: each head normalised before RoPE
+            qk = torch.cat((self.q_norm(qk[:, :self.num_heads]), self.k_norm(qk[:, self.num_heads:])), dim=1)
+        qk = apply_rope(qk, cos, sin)
         q, k = qk[:, :self.num_heads], qk[:, self.num_heads:]  # (T, nh, hd), (T, kvh, hd)
         v = qkv[:, self.q_size + self.kv_size:].view(t, self.num_kv_heads, self.head_dim)
         k_cache, v_cache = batch.kv_caches[self.layer_idx]
@@ -139,11 +172,10 @@ class MLP(nn.Module):
     def __init__(self, config: ModelConfig) -> None:
         super().__init__()
         i = config.intermediate_size
-        self.gate_up_proj = PackedLinear(config.hidden_size, 2 * i, bias=False)  # HF: gate_proj, up_proj
-        self.down_proj = PackedLinear(i, config.hidden_size, bias=False)
-        save, load = split_fused("gate_up_proj", (("gate_proj", i), ("up_proj", i)))
-        self._register_state_dict_hook(save)
-        self.register_load_state_dict_pre_hook(load)
+        # HF: gate_proj, up_proj
+        self.gate_up_proj = PackedLinear(config.hidden_size, 2 * i, bias=config.mlp_bias)
+        self.down_proj = PackedLinear(i, config.hidden_size, bias=config.mlp_bias)
+        register_fused(self, "gate_up_proj", (("gate_proj", i), ("up_proj", i)))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         gate, up = self.gate_up_proj(x).chunk(2, dim=-1)
@@ -173,20 +205,29 @@ class LlamaBody(nn.Module):
 
 
 class LlamaForCausalLM(nn.Module):
-    """Same module tree as transformers.LlamaForCausalLM: `model.*` plus an untied `lm_head`."""
+    """Same module tree as transformers.LlamaForCausalLM: `model.*` plus an `lm_head`."""
 
     def __init__(self, config: ModelConfig) -> None:
         super().__init__()
         self.config = config
         self.model = LlamaBody(config)
         self.lm_head = PackedLinear(config.hidden_size, config.vocab_size, bias=False)
+        self.tie_weights()
+        self._inv_freq = rope_inv_freq(config)
+
+    def tie_weights(self) -> None:
+        """With tie_word_embeddings the lm_head reads the embedding matrix (one tensor, not a copy)."""
+        if self.config.tie_word_embeddings:
+            self.lm_head.weight = self.model.embed_tokens.weight
 
     @torch.inference_mode()
     def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, batch: AttentionBatch,
                 logits_rows: torch.Tensor) -> torch.Tensor:
         """input_ids/positions: (T,); logits_rows: rows whose next token is sampled. -> (S, vocab)."""
         x = self.model.embed_tokens(input_ids)  # (T, H)
-        cos, sin = rope_cos_sin(positions, self.config.head_dim, self.config.rope_theta, x.dtype)
+        if self._inv_freq.device != positions.device:
+            self._inv_freq = self._inv_freq.to(positions.device)
+        cos, sin = rope_cos_sin(positions, self._inv_freq, x.dtype)
         for layer in self.model.layers:
             x = layer(x, cos, sin, batch)
         x = self.model.norm(x[logits_rows])  # only the rows we sample from reach the lm_head
@@ -205,9 +246,33 @@ def init_weights(model: LlamaForCausalLM, seed: int, std: float = 0.02) -> None:
                 param.copy_(torch.randn(param.shape, generator=gen, device=device) * std)
 
 
-def build_model(config: ModelConfig, device: str, dtype: torch.dtype, seed: int) -> LlamaForCausalLM:
+def hf_parameters(model: LlamaForCausalLM) -> dict[str, torch.Tensor]:
+    """Every parameter under its Hugging Face name; a fused projection's parts are row views of it,
+    so writing into a view writes the model's weight. A tied lm_head appears once, as the embedding."""
+    out: dict[str, torch.Tensor] = {}
+    for name, param in model.named_parameters():
+        owner_path, _, rest = name.rpartition(".")  # e.g. "model.layers.0.self_attn.qkv_proj", "weight"
+        module_path, _, linear = owner_path.rpartition(".")
+        parts = getattr(model.get_submodule(module_path), "fused_parts", {}).get(linear) if module_path else None
+        if parts is None:
+            out[name] = param
+            continue
+        for (part, _), piece in zip(parts, param.split([n for _, n in parts])):
+            out[f"{module_path}.{part}.{rest}"] = piece
+    return out
+
+
+def empty_model(config: ModelConfig, device: str, dtype: torch.dtype) -> LlamaForCausalLM:
+    """The model with uninitialised weights allocated once, straight on the device, in the dtype."""
     with torch.device("meta"):
         model = LlamaForCausalLM(config)
     model = model.to(dtype).to_empty(device=device)
-    init_weights(model, seed)
+    model.tie_weights()  # to_empty from meta gives each module its own new tensor
     return model.eval()
+
+
+def build_model(config: ModelConfig, device: str, dtype: torch.dtype, seed: int) -> LlamaForCausalLM:
+    """The preset's deterministic random weights."""
+    model = empty_model(config, device, dtype)
+    init_weights(model, seed)
+    return model
