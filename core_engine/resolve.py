@@ -7,12 +7,15 @@ tens of milliseconds per step, a large GPU runs an 8B model at a few.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 
-from batchtop.core_engine.config import EngineConfig, ModelConfig, preset
+from batchtop.core_engine.config import PRESETS, EngineConfig, ModelConfig, preset
 from batchtop.core_engine.device import DTYPES, resolve_device, resolve_dtype
 from batchtop.core_engine.errors import ConfigError
+from batchtop.core_engine.model.checkpoint import check_checkpoint, check_fits
+from batchtop.core_engine.model.hf_config import read_model_config
 from batchtop.core_engine.session.workload import WorkloadSpec
 from batchtop.core_engine.simulate.device import SimulatedDevice
 
@@ -60,6 +63,21 @@ def kv_blocks_for_memory(model: ModelConfig, dtype: str, block_size: int, fracti
     return blocks
 
 
+def resolve_model(model: str, default: str) -> ModelConfig:
+    """A preset by name ('auto': the device's default preset), else a Hugging Face model directory
+    (a directory that shares a preset's name is reached as ./NAME)."""
+    if model == "auto":
+        return preset(default)
+    if model in PRESETS:
+        return PRESETS[model]
+    path = Path(model)
+    if path.is_dir():
+        return read_model_config(path)
+    what = "not a directory" if path.exists() else "no such directory"
+    raise ConfigError("--model", f"{model!r} is neither a preset (auto, {', '.join(PRESETS)}) nor a model "
+                                 f"directory ({what})")
+
+
 def resolve_config(*, model: str = "auto", device: str = "auto", dtype: str = "auto",
                    mode: str = "continuous", max_num_seqs: int | None = None,
                    max_num_batched_tokens: int | None = None, block_size: int = 16,
@@ -73,10 +91,13 @@ def resolve_config(*, model: str = "auto", device: str = "auto", dtype: str = "a
     else:
         dev, memory = simulate.kind, simulate.memory
     defaults = device_defaults(dev, memory)
-    model_cfg = preset(defaults.model if model == "auto" else model)
+    model_cfg = resolve_model(model, defaults.model)
     dt = resolve_dtype(dtype, dev)
     if dev == "cpu" and dt == "float16":
         raise ConfigError("--dtype", "float16 is slow on CPU; use bfloat16 or float32")
+    if model_cfg.checkpoint is not None and simulate is None:  # fail now, not after minutes of loading
+        check_checkpoint(model_cfg)
+        check_fits(model_cfg, dt, dev)
     if num_kv_blocks is None:
         if defaults.num_kv_blocks is not None:
             num_kv_blocks = defaults.num_kv_blocks

@@ -14,6 +14,7 @@ from batchtop.core_engine.engine.engine import Engine
 from batchtop.core_engine.measure.metrics import MetricsCollector
 from batchtop.core_engine.engine.request import Request
 from batchtop.core_engine.engine.snapshot import StepSnapshot
+from tests.hf_checkpoints import hf_checkpoints  # noqa: F401  (a session fixture: tiny HF checkpoints)
 
 # Device peaks are measured once and cached: keep the tests' cache out of the user's home.
 os.environ.setdefault("BATCHTOP_CACHE_DIR", tempfile.mkdtemp(prefix="batchtop-test-cache-"))

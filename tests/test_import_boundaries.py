@@ -35,6 +35,14 @@ def test_engine_and_kernels_import_neither_textual_nor_rich():
     assert loaded_after_importing(modules, ("textual", "rich")) == []
 
 
+def test_model_directories_load_without_transformers():
+    """transformers is a test and benchmark peer only: checkpoints and tokenizers load through
+    safetensors and tokenizers."""
+    modules = all_modules(core_engine) + ["batchtop.tui.commands.headless", "batchtop.tui.commands.export"]
+    assert "batchtop.core_engine.model.checkpoint" in modules and "batchtop.core_engine.model.tokenizer" in modules
+    assert loaded_after_importing(modules, ("transformers",)) == []
+
+
 def test_the_headless_command_path_never_imports_textual():
     modules = ["batchtop.tui", "batchtop.tui.cli", "batchtop.tui.commands.headless",
                "batchtop.tui.commands.compare", "batchtop.tui.commands.options"]

@@ -34,6 +34,7 @@ class Engine:
         self.scheduler = Scheduler(self.block_manager, make_policy(config.mode), config.max_num_seqs,
                                    config.max_num_batched_tokens)
         self._clock = clock
+        self._eos_ids = frozenset(config.model.eos_token_ids)  # empty for the random presets
         self._controls: queue.SimpleQueue[control.Command] = queue.SimpleQueue()
         self._workload: tuple[Request, ...] = ()
         self.latest: StepSnapshot | None = None
@@ -214,13 +215,11 @@ class Engine:
                     computed_tokens=plan.num_tokens, prompt_padding_tokens=plan.num_prompt_padding)
         return finished
 
-    @staticmethod
-    def _stop_reason(seq: Sequence, token: int) -> FinishReason | None:
+    def _stop_reason(self, seq: Sequence, token: int) -> FinishReason | None:
+        if token in self._eos_ids and not seq.request.sampling.ignore_eos:  # the EOS token stays in the output
+            return FinishReason.STOP
         if seq.num_output_tokens >= seq.max_tokens:
             return FinishReason.LENGTH
-        params = seq.request.sampling
-        if not params.ignore_eos and params.eos_token_id is not None and token == params.eos_token_id:
-            return FinishReason.STOP
         return None
 
     def snapshot(self) -> StepSnapshot:

@@ -11,8 +11,7 @@ class SamplingParams:
     temperature: float = 0.0  # 0 means greedy
     top_p: float = 1.0
     seed: int | None = None  # per-request sampling seed; None derives one from the engine seed
-    ignore_eos: bool = True  # lengths follow the workload, as benchmarks want
-    eos_token_id: int | None = None
+    ignore_eos: bool = False  # True: run to max_tokens past the model's EOS ids (benchmarks want that)
 
     @property
     def greedy(self) -> bool:

@@ -8,6 +8,7 @@ import torch
 
 from batchtop.core_engine.config import EngineConfig
 from batchtop.core_engine.device import DTYPES
+from batchtop.core_engine.model.checkpoint import load_model
 from batchtop.core_engine.model.llama import AttentionBatch, PrefillChunk, build_model
 from batchtop.core_engine.engine.request import Sequence
 from batchtop.core_engine.engine.sampler import Sampler
@@ -31,7 +32,8 @@ class ModelRunner:
         self.device = torch.device(config.device)
         self.dtype = DTYPES[config.dtype]
         m = config.model
-        self.model = build_model(m, config.device, self.dtype, config.seed)
+        self.model = (build_model(m, config.device, self.dtype, config.seed) if m.checkpoint is None
+                      else load_model(m, config.device, self.dtype))
         self.block_size = config.block_size
         # One physical block past the usable ones: static batching's padding rows and prompt padding
         # write their throw-away K/V there, so no sequence's real cache is ever overwritten.

@@ -71,6 +71,13 @@ class MetricsCollector:
     def share(self, state: SlotState) -> float:
         return self.slot_steps[state] / self.capacity_slot_steps if self.capacity_slot_steps else 0.0
 
+    def finish_reasons(self) -> dict[str, int]:
+        """Completed requests by why they ended: length (max_tokens) or stop (an EOS token)."""
+        counts = {"length": 0, "stop": 0}
+        for f in self.finished:
+            counts[f.finish_reason] = counts.get(f.finish_reason, 0) + 1
+        return counts
+
     def roofline(self, peaks: DevicePeaks) -> dict:
         """Where decode and prefill steps sat against this device's roofs, on average."""
         out: dict = {"device_name": peaks.device_name, "peak_flops": peaks.peak_flops,
@@ -106,6 +113,7 @@ class MetricsCollector:
                 "completed": counters.completed if counters else 0,
                 "rejected": counters.rejected if counters else 0,
             },
+            "finish_reasons": self.finish_reasons(),
             "tokens": {
                 "prompt": counters.prompt_tokens if counters else 0,
                 "generated": generated,

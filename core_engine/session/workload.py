@@ -1,7 +1,9 @@
-"""Workloads: synthetic generators, JSON Lines workload files and Azure LLM inference trace CSVs.
+"""Workloads: synthetic generators, JSON Lines workload files, Azure LLM inference trace CSVs and
+ShareGPT conversation datasets (session/sharegpt.py).
 
 Every loader returns plain Requests sorted by arrival. Lengths given as numbers get random prompt
-token ids from a seeded generator, so the same options always give the same workload.
+token ids from a seeded generator, so the same options always give the same workload; text prompts
+go through the model's tokenizer.
 """
 
 from __future__ import annotations
@@ -16,11 +18,14 @@ from pathlib import Path
 
 from batchtop.core_engine.errors import ConfigError, WorkloadError
 from batchtop.core_engine.engine.request import Request, SamplingParams
+from batchtop.core_engine.model.tokenizer import Tokenizer
+from batchtop.core_engine.session.sharegpt import read_sharegpt
 
 DEFAULT_TRACE = Path(__file__).parent.parent / "data" / "azure_conv_sample.csv"
 AZURE_COLUMNS = ("TIMESTAMP", "ContextTokens", "GeneratedTokens")
-JSONL_FIELDS = {"id", "prompt_len", "prompt_token_ids", "max_tokens", "arrival_s", "temperature",
+JSONL_FIELDS = {"id", "prompt", "prompt_len", "prompt_token_ids", "max_tokens", "arrival_s", "temperature",
                 "top_p", "seed"}
+NO_TOKENIZER = "a text prompt needs a tokenizer: run with --model DIR (a model directory with a tokenizer.json)"
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,7 +63,7 @@ class RawRequest:
     sampling: SamplingParams = SamplingParams()
 
 
-def load_workload(spec: WorkloadSpec, vocab_size: int) -> list[Request]:
+def load_workload(spec: WorkloadSpec, vocab_size: int, tokenizer: Tokenizer | None = None) -> list[Request]:
     if spec.num_requests is not None and spec.num_requests < 1:
         raise ConfigError("--num-requests", f"must be >= 1, got {spec.num_requests}")
     for name in ("prompt_scale", "output_scale"):
@@ -70,15 +75,19 @@ def load_workload(spec: WorkloadSpec, vocab_size: int) -> list[Request]:
         raw = synthetic(spec)
     else:
         path = Path(spec.path) if spec.path is not None else DEFAULT_TRACE
-        raw = read_workload_file(path, vocab_size)
+        raw = read_workload_file(path, vocab_size, tokenizer, spec.num_requests)
         if spec.num_requests is not None:
             raw = raw[:spec.num_requests]
     return materialise(raw, spec, vocab_size)
 
 
-def read_workload_file(path: Path, vocab_size: int) -> list[RawRequest]:
+def read_workload_file(path: Path, vocab_size: int, tokenizer: Tokenizer | None = None,
+                       limit: int | None = None) -> list[RawRequest]:
     if not path.is_file():
         raise WorkloadError(str(path), "no such workload file")
+    if path.suffix.lower() == ".json":
+        return [RawRequest(rid, len(ids), max_tokens, 0.0, ids)
+                for rid, ids, max_tokens in read_sharegpt(path, tokenizer, limit)]
     try:
         with path.open(encoding="utf-8") as f:
             first = f.readline().lstrip()
@@ -86,10 +95,10 @@ def read_workload_file(path: Path, vocab_size: int) -> list[RawRequest]:
         raise WorkloadError(str(path), f"cannot read: {exc}") from None
     if path.suffix.lower() == ".csv" or (first and not first.startswith("{")):
         return read_azure_csv(path)
-    return read_jsonl(path, vocab_size)
+    return read_jsonl(path, vocab_size, tokenizer)
 
 
-def read_jsonl(path: Path, vocab_size: int) -> list[RawRequest]:
+def read_jsonl(path: Path, vocab_size: int, tokenizer: Tokenizer | None = None) -> list[RawRequest]:
     out: list[RawRequest] = []
     seen: set[str] = set()
     with path.open(encoding="utf-8") as f:
@@ -100,7 +109,8 @@ def read_jsonl(path: Path, vocab_size: int) -> list[RawRequest]:
                 obj = json.loads(line)
             except json.JSONDecodeError as exc:
                 raise WorkloadError(str(path), f"not JSON ({exc.msg})", lineno) from None
-            req = _parse_jsonl_object(obj, lineno, vocab_size, lambda msg: WorkloadError(str(path), msg, lineno))
+            req = _parse_jsonl_object(obj, lineno, vocab_size, lambda msg: WorkloadError(str(path), msg, lineno),
+                                      tokenizer)
             if req.id in seen:
                 raise WorkloadError(str(path), f"duplicate id {req.id!r}", lineno)
             seen.add(req.id)
@@ -110,7 +120,8 @@ def read_jsonl(path: Path, vocab_size: int) -> list[RawRequest]:
     return sorted(out, key=lambda r: r.arrival_s)
 
 
-def _parse_jsonl_object(obj: object, lineno: int, vocab_size: int, error) -> RawRequest:
+def _parse_jsonl_object(obj: object, lineno: int, vocab_size: int, error,
+                        tokenizer: Tokenizer | None = None) -> RawRequest:
     if not isinstance(obj, dict):
         raise error("each line must be a JSON object")
     unknown = set(obj) - JSONL_FIELDS
@@ -120,6 +131,14 @@ def _parse_jsonl_object(obj: object, lineno: int, vocab_size: int, error) -> Raw
     if not isinstance(rid, (str, int)) or isinstance(rid, bool):
         raise error("id must be a string")
     ids = None
+    if "prompt" in obj:
+        if "prompt_token_ids" in obj or "prompt_len" in obj:
+            raise error("give one of prompt, prompt_token_ids or prompt_len")
+        if not isinstance(obj["prompt"], str) or not obj["prompt"]:
+            raise error(f"prompt must be a non-empty string, got {obj['prompt']!r}")
+        if tokenizer is None:
+            raise error(NO_TOKENIZER)
+        obj = {**obj, "prompt_token_ids": tokenizer.encode(obj["prompt"])}
     if "prompt_token_ids" in obj:
         ids = obj["prompt_token_ids"]
         if not isinstance(ids, list) or not all(isinstance(t, int) and not isinstance(t, bool) for t in ids):
@@ -135,7 +154,7 @@ def _parse_jsonl_object(obj: object, lineno: int, vocab_size: int, error) -> Raw
         if prompt_len < 1:
             raise error(f"empty prompt (prompt_len is {prompt_len})")
     else:
-        raise error("missing prompt_len (or prompt_token_ids)")
+        raise error("missing prompt_len (or prompt_token_ids, or a text prompt)")
     if "max_tokens" not in obj:
         raise error("missing max_tokens")
     max_tokens = _int_field(obj, "max_tokens", error)
@@ -237,5 +256,6 @@ def make_burst(template: list[Request], count: int, seed: int, vocab_size: int, 
     rng = random.Random(seed)
     picks = [rng.choice(template) for _ in range(count)] if template else []
     vocab = range(vocab_size)
-    return tuple(Request(f"{tag}-{i}", tuple(rng.choices(vocab, k=r.prompt_len)), r.max_tokens, 0.0)
-                 for i, r in enumerate(picks))
+    # greedy, but a run that ignores EOS (--ignore-eos) keeps ignoring it for its bursts
+    return tuple(Request(f"{tag}-{i}", tuple(rng.choices(vocab, k=r.prompt_len)), r.max_tokens, 0.0,
+                         SamplingParams(ignore_eos=r.sampling.ignore_eos)) for i, r in enumerate(picks))

@@ -33,9 +33,11 @@ def build_engine(setup: Setup) -> Engine:
         if sim.mismatch():
             note(f"warning: {sim.mismatch()}")
         return sim.engine(c)
-    note(f"building {c.model.name} ({c.model.num_params() / 1e6:.0f}M params, {c.dtype}) on {c.device}; "
+    verb = "building" if c.model.checkpoint is None else f"loading {c.model.checkpoint}:"
+    note(f"{verb} {c.model.name} ({c.model.num_params() / 1e6:.0f}M params, {c.dtype}) on {c.device}; "
          f"{c.num_kv_blocks} KV blocks x {c.block_size} tokens; {len(setup.requests)} requests")
-    return Engine(c)
+    with bad_input_exits():  # a tensor the header promised but the file cannot deliver
+        return Engine(c)
 
 
 def pace_workload(setup: Setup, engine: Engine) -> Setup:

@@ -15,6 +15,7 @@ from batchtop.core_engine.config import MODES, PRESETS, EngineConfig
 from batchtop.core_engine.measure.device_peaks import DevicePeaks
 from batchtop.core_engine.engine.engine import Engine
 from batchtop.core_engine.errors import BadInput, ConfigError
+from batchtop.core_engine.model.tokenizer import Tokenizer
 from batchtop.core_engine.engine.request import Request
 from batchtop.core_engine.session.script import ScriptAction, ScriptPlayer, load_script
 from batchtop.core_engine.session.pacing import pace, paced
@@ -44,14 +45,19 @@ _OPTIONS = [
                  help="Usable blocks in the KV pool. [default: 512 on CPU; from GPU memory on CUDA]"),
     click.option("--gpu-memory-utilization", type=float, default=0.9, show_default=True,
                  help="On CUDA without --num-kv-blocks: share of GPU memory for weights + KV pool."),
-    click.option("--model", type=click.Choice(["auto", *PRESETS]), default="auto", show_default=True,
-                 help="Model preset; auto = cpu-demo on CPU, gpu-8b (or gpu-1b under 40 GiB) on CUDA."),
+    click.option("--model", type=str, default="auto", show_default=True, metavar="PRESET|DIR",
+                 help=f"A preset ({', '.join(PRESETS)}: random weights) or a local Hugging Face model directory "
+                      "(config.json, *.safetensors, tokenizer.json; Llama, Mistral, Qwen2, Qwen3). "
+                      "auto = cpu-demo on CPU, gpu-8b (or gpu-1b under 40 GiB) on CUDA."),
+    click.option("--ignore-eos", is_flag=True,
+                 help="Generate max_tokens for every request even past the model's EOS (presets always do)."),
     click.option("--device", type=click.Choice(["auto", "cpu", "cuda"]), default="auto", show_default=True),
     click.option("--dtype", type=click.Choice(["auto", "float32", "bfloat16", "float16"]), default="auto",
                  show_default=True, help="auto = bfloat16 on CUDA and on CPUs with AVX512_BF16, else float32."),
     click.option("--seed", type=int, default=0, show_default=True, help="Seeds weights, prompts and sampling."),
     click.option("--workload", "workload_path", type=str, default=None, metavar="FILE|synthetic",
-                 help="JSONL workload or Azure trace CSV; 'synthetic' for generated lognormal lengths. "
+                 help="JSONL workload, Azure trace CSV or ShareGPT JSON (needs a model directory's tokenizer); "
+                      "'synthetic' for generated lognormal lengths. "
                       "[default: the bundled Azure conversation trace sample]"),
     click.option("--num-requests", type=POSITIVE, default=None, help="Keep the first N requests (synthetic: N)."),
     click.option("--length-scale", type=float, default=None,
@@ -100,6 +106,7 @@ class Setup:
     script: list[ScriptAction] | None = None
     record: str | None = None
     simulation: Simulation | None = None
+    tokenizer: Tokenizer | None = None  # a model directory's; None for presets
 
     def open_session(self, engine: Engine, peaks: DevicePeaks | None) -> Session:
         recorder = None
@@ -145,13 +152,17 @@ def build_setup(opts: dict, **overrides) -> Setup:
         length_scale=opts["length_scale"], prompt_scale=opts["prompt_scale"],
         output_scale=opts["output_scale"], time_scale=opts["time_scale"], rate=opts["rate"],
         prompt_mean=opts["prompt_mean"], output_mean=opts["output_mean"])
-    requests = load_workload(spec, config.model.vocab_size)
+    checkpoint = config.model.checkpoint
+    tokenizer = Tokenizer.from_dir(checkpoint) if checkpoint is not None else None
+    requests = load_workload(spec, config.model.vocab_size, tokenizer)
+    if opts["ignore_eos"]:
+        requests = [replace(r, sampling=replace(r.sampling, ignore_eos=True)) for r in requests]
     script = load_script(opts["script_path"], DEMOS_DIR) if opts.get("script_path") else None
     record = opts.get("record")
     if record is not None:
         from batchtop.tui.commands.output import check_writable
         check_writable(record, "--record")
-    return Setup(config, spec, requests, script, record, simulation)
+    return Setup(config, spec, requests, script, record, simulation, tokenizer)
 
 
 def workload_info(spec: WorkloadSpec, requests: list[Request]) -> dict:

@@ -1,0 +1,133 @@
+"""A Hugging Face checkpoint's safetensors, loaded into the model tensor by tensor.
+
+The model is allocated once, empty, on the target device in the target dtype; each tensor is then
+read on its own (safe_open) and copied into its place (a fused projection's row slice included), so
+peak memory stays near one copy of the weights. Everything the files' headers can tell (names, shapes)
+and whether the weights fit is checked before a byte of weights is read.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from pathlib import Path
+
+import torch
+from safetensors import SafetensorError, safe_open
+
+from batchtop.core_engine.config import ModelConfig
+from batchtop.core_engine.device import DTYPES
+from batchtop.core_engine.errors import BadInput, ConfigError
+from batchtop.core_engine.model.hf_config import read_json
+from batchtop.core_engine.model.llama import LlamaForCausalLM, empty_model, hf_parameters
+
+INDEX_FILE = "model.safetensors.index.json"
+SINGLE_FILE = "model.safetensors"
+GIB = 1 << 30
+
+
+def header_shapes(file: Path) -> dict[str, tuple[int, ...]]:
+    """Tensor name -> shape from a safetensors header (no tensor data is read)."""
+    try:
+        with safe_open(file, framework="pt") as f:
+            return {name: tuple(f.get_slice(name).get_shape()) for name in f.keys()}
+    except (SafetensorError, OSError, ValueError) as exc:
+        raise BadInput(f"{file}: not a readable safetensors file ({exc})") from None
+
+
+def tensor_files(model_dir: Path) -> dict[str, Path]:
+    """Tensor name -> the file that holds it, from the shard index or the single file's header."""
+    index = model_dir / INDEX_FILE
+    if index.is_file():
+        weight_map = read_json(index).get("weight_map")
+        if not isinstance(weight_map, dict) or not all(isinstance(v, str) for v in weight_map.values()):
+            raise BadInput(f"{index}: 'weight_map' must map tensor names to file names")
+        files = {name: model_dir / file for name, file in weight_map.items()}
+        for file in sorted(set(files.values())):
+            if not file.is_file():
+                raise BadInput(f"{index}: lists {file.name}, which is not in {model_dir}")
+        return files
+    single = model_dir / SINGLE_FILE
+    if single.is_file():
+        return dict.fromkeys(header_shapes(single), single)
+    raise BadInput(f"--model {model_dir}: no {SINGLE_FILE} or {INDEX_FILE} (only safetensors weights load)")
+
+
+def expected_shapes(config: ModelConfig) -> dict[str, tuple[int, ...]]:
+    """What the config needs, under Hugging Face's names (built on the meta device: no memory)."""
+    with torch.device("meta"):
+        model = LlamaForCausalLM(config)
+    return {name: tuple(t.shape) for name, t in hf_parameters(model).items()}
+
+
+def _ignorable(name: str, config: ModelConfig) -> bool:
+    """Tensors some checkpoints carry that the model does not need: old RoPE caches, a tied lm_head copy."""
+    return name.endswith("rotary_emb.inv_freq") or (config.tie_word_embeddings and name == "lm_head.weight")
+
+
+def check_checkpoint(config: ModelConfig) -> dict[str, Path]:
+    """Every tensor the config needs is in the files with its shape, and nothing unknown is; reads
+    only headers. Returns tensor name -> file."""
+    model_dir = Path(config.checkpoint)
+    files = tensor_files(model_dir)
+    shapes: dict[str, tuple[int, ...]] = {}
+    for file in sorted(set(files.values())):
+        shapes.update(header_shapes(file))
+    needed = expected_shapes(config)
+    for name, shape in needed.items():
+        if name not in files:
+            raise BadInput(f"--model {model_dir}: tensor {name} is missing (the config needs shape {list(shape)})")
+        got = shapes.get(name)
+        if got is None:
+            raise BadInput(f"{files[name]}: tensor {name} is missing (the shard index says it is here)")
+        if got != shape:
+            raise BadInput(f"{files[name]}: tensor {name} has shape {list(got)}; config.json needs {list(shape)}")
+    unexpected = sorted(n for n in files if n not in needed and not _ignorable(n, config))
+    if unexpected:
+        raise BadInput(f"{files[unexpected[0]]}: unexpected tensor {unexpected[0]} ({len(unexpected)} in all): "
+                       f"not part of a {config.architecture} with this config.json")
+    return {name: files[name] for name in needed}
+
+
+def available_memory(device: str) -> int | None:
+    """Bytes free for new tensors: free GPU memory, or MemAvailable on the CPU (None if unknown)."""
+    if device == "cuda":
+        return torch.cuda.mem_get_info()[0]
+    try:
+        with open("/proc/meminfo", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
+def check_fits(config: ModelConfig, dtype: str, device: str, option: str = "--model") -> None:
+    need = config.num_params() * DTYPES[dtype].itemsize
+    have = available_memory(device)
+    if have is not None and need > have:
+        where = "GPU" if device == "cuda" else "machine"
+        raise ConfigError(option, f"{config.name}: the weights need {need / GIB:.2f} GiB in {dtype}, the {where} "
+                                  f"has {have / GIB:.2f} GiB available")
+
+
+def load_model(config: ModelConfig, device: str, dtype: torch.dtype) -> LlamaForCausalLM:
+    """The checkpoint's weights in a model allocated once on `device` in `dtype`."""
+    files = check_checkpoint(config)
+    model = empty_model(config, device, dtype)
+    targets = hf_parameters(model)
+    by_file: dict[Path, list[str]] = defaultdict(list)
+    for name, file in files.items():
+        by_file[file].append(name)
+    read_on = f"cuda:{torch.cuda.current_device()}" if device == "cuda" else "cpu"
+    with torch.no_grad():
+        for file, names in by_file.items():
+            with safe_open(file, framework="pt", device=read_on) as f:
+                for name in names:
+                    try:
+                        tensor = f.get_tensor(name)
+                    except (SafetensorError, OSError, ValueError) as exc:
+                        raise BadInput(f"{file}: cannot read tensor {name} ({exc})") from None
+                    targets[name].copy_(tensor)  # converts to the model's dtype in place
+                    del tensor
+    return model

@@ -1,0 +1,163 @@
+"""A Hugging Face model directory's config.json (and generation_config.json) <-> ModelConfig.
+
+Reads the four architectures the model implements; anything else is refused by name, as is any
+option the model would silently get wrong (another activation, another RoPE type).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from batchtop.core_engine.config import ModelConfig, RopeScaling
+from batchtop.core_engine.errors import BadInput, ConfigError
+
+SUPPORTED_ARCHITECTURES = ("LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM")
+MODEL_TYPES = {"llama": "LlamaForCausalLM", "mistral": "MistralForCausalLM", "qwen2": "Qwen2ForCausalLM",
+               "qwen3": "Qwen3ForCausalLM"}
+
+
+def read_json(path: Path) -> dict:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError) as exc:
+        raise BadInput(f"{path}: cannot read ({exc})") from None
+    except json.JSONDecodeError as exc:
+        raise BadInput(f"{path}: not JSON ({exc.msg}, line {exc.lineno})") from None
+    if not isinstance(data, dict):
+        raise BadInput(f"{path}: expected a JSON object")
+    return data
+
+
+class _Fields:
+    """Typed access to one JSON object; every error names the file and the key."""
+
+    def __init__(self, path: Path, data: dict) -> None:
+        self.path, self.data = path, data
+
+    def int(self, key: str, default: int | None = None) -> int:
+        value = self.data.get(key, default)
+        if value is None and default is not None:
+            value = default
+        if not isinstance(value, int) or isinstance(value, bool):
+            raise BadInput(f"{self.path}: {key!r} must be an integer, got {value!r}")
+        return value
+
+    def float(self, key: str, default: float, data: dict | None = None) -> float:
+        value = (self.data if data is None else data).get(key, default)
+        if not isinstance(value, (int, float)) or isinstance(value, bool):
+            raise BadInput(f"{self.path}: {key!r} must be a number, got {value!r}")
+        return float(value)
+
+    def bool(self, key: str, default: bool) -> bool:
+        value = self.data.get(key, default)
+        if not isinstance(value, bool):
+            raise BadInput(f"{self.path}: {key!r} must be true or false, got {value!r}")
+        return value
+
+
+def architecture_of(path: Path, cfg: dict) -> str:
+    archs = cfg.get("architectures")
+    if isinstance(archs, list) and archs:
+        name = archs[0]
+    else:
+        name = MODEL_TYPES.get(cfg.get("model_type"), cfg.get("model_type"))
+    if name not in SUPPORTED_ARCHITECTURES:
+        raise BadInput(f"{path}: architecture {name!r} is not supported "
+                       f"(supported: {', '.join(SUPPORTED_ARCHITECTURES)})")
+    return name
+
+
+def rope_of(f: _Fields) -> tuple[float, RopeScaling | None]:
+    """transformers 5 writes rope_parameters (theta inside); older checkpoints rope_scaling + rope_theta."""
+    rope = f.data.get("rope_parameters") or f.data.get("rope_scaling") or {}
+    if not isinstance(rope, dict):
+        raise BadInput(f"{f.path}: 'rope_scaling' must be an object or null, got {rope!r}")
+    theta = f.float("rope_theta", f.float("rope_theta", 10000.0), data=rope)
+    kind = rope.get("rope_type", rope.get("type", "default"))
+    if kind == "default":
+        return theta, None
+    if kind != "llama3":
+        raise BadInput(f"{f.path}: RoPE type {kind!r} is not supported (supported: default, llama3)")
+    try:
+        scaling = RopeScaling(f.float("factor", None, rope), f.float("low_freq_factor", None, rope),
+                              f.float("high_freq_factor", None, rope),
+                              int(f.float("original_max_position_embeddings", None, rope)))
+    except BadInput as exc:
+        raise BadInput(f"{exc} (in its llama3 rope scaling)") from None
+    if scaling.high_freq_factor <= scaling.low_freq_factor:
+        raise BadInput(f"{f.path}: llama3 rope scaling needs high_freq_factor > low_freq_factor")
+    return theta, scaling
+
+
+def eos_token_ids(model_dir: Path, cfg: dict) -> tuple[int, ...]:
+    """The ids generation stops at: generation_config.json's, else config.json's (int or list)."""
+    gen_path = model_dir / "generation_config.json"
+    gen = read_json(gen_path) if gen_path.is_file() else {}
+    source, value = (gen_path, gen["eos_token_id"]) if gen.get("eos_token_id") is not None else \
+        (model_dir / "config.json", cfg.get("eos_token_id"))
+    if value is None:
+        return ()
+    values = value if isinstance(value, list) else [value]
+    if not all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in values):
+        raise BadInput(f"{source}: 'eos_token_id' must be a token id or a list of them, got {value!r}")
+    return tuple(values)
+
+
+def read_model_config(model_dir: str | Path) -> ModelConfig:
+    """The ModelConfig of a Hugging Face model directory; BadInput names the file and key at fault."""
+    d = Path(model_dir)
+    path = d / "config.json"
+    if not path.is_file():
+        raise BadInput(f"--model {model_dir}: no config.json in this directory (is it a Hugging Face model?)")
+    cfg = read_json(path)
+    arch = architecture_of(path, cfg)
+    f = _Fields(path, cfg)
+    act = cfg.get("hidden_act", "silu")
+    if act != "silu":
+        raise BadInput(f"{path}: hidden_act {act!r} is not supported (only silu)")
+    heads = f.int("num_attention_heads")
+    theta, scaling = rope_of(f)
+    # Llama and Qwen3 put attention_bias on q, k, v and o; Qwen2 always biases q, k, v and never o.
+    qkv_bias = arch == "Qwen2ForCausalLM" or (arch in ("LlamaForCausalLM", "Qwen3ForCausalLM")
+                                              and f.bool("attention_bias", False))
+    o_bias = qkv_bias and arch != "Qwen2ForCausalLM"
+    max_len = f.int("max_position_embeddings", 4096)
+    window = cfg.get("sliding_window")
+    windowed = arch == "MistralForCausalLM" or cfg.get("use_sliding_window", False)
+    if windowed and isinstance(window, int) and 0 < window < max_len:
+        max_len = window  # sequences never outgrow the window, so full attention is exact
+    try:
+        return ModelConfig(
+            name=d.resolve().name, vocab_size=f.int("vocab_size"), hidden_size=f.int("hidden_size"),
+            intermediate_size=f.int("intermediate_size"), num_hidden_layers=f.int("num_hidden_layers"),
+            num_attention_heads=heads, num_key_value_heads=f.int("num_key_value_heads", heads),
+            max_position_embeddings=max_len, rope_theta=theta,
+            rms_norm_eps=f.float("rms_norm_eps", 1e-6), head_dim=f.int("head_dim", 0),
+            attention_bias=qkv_bias, o_proj_bias=o_bias,
+            mlp_bias=arch == "LlamaForCausalLM" and f.bool("mlp_bias", False),
+            qk_norm=arch == "Qwen3ForCausalLM", rope_scaling=scaling,
+            tie_word_embeddings=f.bool("tie_word_embeddings", False), eos_token_ids=eos_token_ids(d, cfg),
+            architecture=arch, checkpoint=str(d.resolve()))
+    except ConfigError as exc:
+        raise BadInput(f"{path}: {exc}") from None
+
+
+def hf_config_dict(config: ModelConfig, dtype: str, bos_token_id: int, eos_token_id: int) -> dict:
+    """config.json for a preset (a LlamaForCausalLM), in the form Hub checkpoints use, which
+    transformers 4 and 5 and vLLM all read."""
+    m = config
+    if m.qk_norm or m.attention_bias != m.o_proj_bias:
+        raise ValueError(f"{m.name}: not expressible as a LlamaForCausalLM config")
+    return {
+        "architectures": ["LlamaForCausalLM"], "model_type": "llama", "vocab_size": m.vocab_size,
+        "hidden_size": m.hidden_size, "intermediate_size": m.intermediate_size,
+        "num_hidden_layers": m.num_hidden_layers, "num_attention_heads": m.num_attention_heads,
+        "num_key_value_heads": m.num_key_value_heads, "head_dim": m.head_dim, "hidden_act": "silu",
+        "max_position_embeddings": m.max_position_embeddings, "rms_norm_eps": m.rms_norm_eps,
+        "rope_theta": m.rope_theta, "rope_scaling": None if m.rope_scaling is None else m.rope_scaling.as_dict(),
+        "attention_bias": m.attention_bias, "mlp_bias": m.mlp_bias,
+        "tie_word_embeddings": m.tie_word_embeddings, "initializer_range": 0.02,
+        "bos_token_id": bos_token_id, "eos_token_id": eos_token_id, "torch_dtype": dtype, "dtype": dtype,
+        "use_cache": True,
+    }

@@ -1,0 +1,124 @@
+"""A checkpoint's tokenizer: tokenizer.json through the `tokenizers` package (no transformers at run time).
+
+The API other parts rely on (the workload reader, the dashboard, the server):
+
+    tok = Tokenizer.from_dir(model_dir)        # None when the directory has no tokenizer.json
+    ids = tok.encode("text")                   # list[int], with the tokenizer's BOS when it adds one
+    text = tok.decode(ids)                     # whole-sequence decode (special tokens dropped)
+    stream = tok.stream(prompt_ids)            # incremental: stream.push(token_id) -> new text ("" while
+                                               # a multi-byte character is still incomplete)
+    prompt = tok.apply_chat_template(messages) # when tokenizer_config.json has a chat template
+    tok.eos_token_ids                          # generation_config.json's EOS ids (else config.json's)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+import tokenizers
+from jinja2 import Template, TemplateError
+from jinja2.sandbox import ImmutableSandboxedEnvironment
+from tokenizers.decoders import DecodeStream
+
+from batchtop.core_engine.errors import BadInput
+from batchtop.core_engine.model.hf_config import eos_token_ids, read_json
+
+TOKENIZER_FILE = "tokenizer.json"
+TOKENIZER_CONFIG = "tokenizer_config.json"
+CHAT_TEMPLATE_FILE = "chat_template.jinja"  # where newer checkpoints keep the template
+STREAM_CONTEXT = 8  # prompt tokens the stream decodes after, so the first output token's spacing is right
+
+
+def _raise_exception(message: str) -> None:
+    """Templates call raise_exception(...) to refuse a conversation they cannot render."""
+    raise TemplateError(message)
+
+
+def compile_template(source: str) -> Template:
+    """Sandboxed, as chat templates come with downloaded checkpoints."""
+    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
+    env.globals["raise_exception"] = _raise_exception
+    return env.from_string(source)
+
+
+def _token_text(value: object) -> str | None:
+    """tokenizer_config.json writes special tokens as "<s>" or as {"content": "<s>", ...}."""
+    if isinstance(value, dict):
+        value = value.get("content")
+    return value if isinstance(value, str) else None
+
+
+class TextStream:
+    """One sequence's incremental detokenizer: each push decodes only the tokens since the last text."""
+
+    def __init__(self, tokenizer: tokenizers.Tokenizer, prompt_ids: Sequence[int]) -> None:
+        self._tokenizer = tokenizer
+        self._stream = DecodeStream(ids=list(prompt_ids[-STREAM_CONTEXT:]), skip_special_tokens=True)
+
+    def push(self, token_id: int) -> str:
+        return self._stream.step(self._tokenizer, token_id) or ""
+
+
+class Tokenizer:
+    def __init__(self, tokenizer: tokenizers.Tokenizer, *, eos_token_ids: tuple[int, ...] = (),
+                 chat_template: str | None = None, bos_token: str | None = None,
+                 eos_token: str | None = None) -> None:
+        self.tokenizer = tokenizer
+        self.eos_token_ids = eos_token_ids
+        self.chat_template = chat_template
+        self.bos_token = bos_token
+        self.eos_token = eos_token
+        self._template: Template | None = None  # compiled on first use
+
+    @classmethod
+    def from_dir(cls, model_dir: str | Path) -> Tokenizer | None:
+        d = Path(model_dir)
+        path = d / TOKENIZER_FILE
+        if not path.is_file():
+            return None
+        try:
+            tok = tokenizers.Tokenizer.from_file(str(path))
+        except Exception as exc:  # the Rust side raises a bare Exception for a malformed file
+            raise BadInput(f"{path}: not a readable tokenizer ({exc})") from None
+        config_path = d / TOKENIZER_CONFIG
+        config = read_json(config_path) if config_path.is_file() else {}
+        template = config.get("chat_template")
+        if isinstance(template, list):  # [{"name": "default", "template": ...}, ...]
+            named = {t.get("name"): t.get("template") for t in template if isinstance(t, dict)}
+            template = named.get("default")
+        if (d / CHAT_TEMPLATE_FILE).is_file():
+            template = (d / CHAT_TEMPLATE_FILE).read_text(encoding="utf-8")
+        model_config = d / "config.json"
+        eos = eos_token_ids(d, read_json(model_config) if model_config.is_file() else {})
+        eos_text = _token_text(config.get("eos_token"))
+        if not eos and eos_text is not None and tok.token_to_id(eos_text) is not None:
+            eos = (tok.token_to_id(eos_text),)
+        return cls(tok, eos_token_ids=eos, chat_template=template if isinstance(template, str) else None,
+                   bos_token=_token_text(config.get("bos_token")), eos_token=eos_text)
+
+    @property
+    def vocab_size(self) -> int:
+        return self.tokenizer.get_vocab_size()
+
+    def encode(self, text: str, add_special_tokens: bool = True) -> list[int]:
+        return self.tokenizer.encode(text, add_special_tokens=add_special_tokens).ids
+
+    def decode(self, ids: Sequence[int]) -> str:
+        return self.tokenizer.decode(list(ids), skip_special_tokens=True)
+
+    def stream(self, prompt_ids: Sequence[int] = ()) -> TextStream:
+        return TextStream(self.tokenizer, prompt_ids)
+
+    def apply_chat_template(self, messages: list[dict], add_generation_prompt: bool = True) -> str:
+        """The prompt text for a chat, rendered by the checkpoint's own Jinja template; encode it with
+        add_special_tokens=False (templates write their BOS themselves)."""
+        if self.chat_template is None:
+            raise BadInput("this model's tokenizer_config.json has no chat_template")
+        try:
+            if self._template is None:
+                self._template = compile_template(self.chat_template)
+            return self._template.render(messages=messages, add_generation_prompt=add_generation_prompt,
+                                         bos_token=self.bos_token or "", eos_token=self.eos_token or "")
+        except TemplateError as exc:
+            raise BadInput(f"chat template: {exc}") from None
