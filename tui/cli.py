@@ -121,3 +121,21 @@ def calibrate(output: str, **opts) -> None:
     """
     from batchtop.tui.commands.calibrate import run_calibrate
     run_calibrate(opts, output)
+
+
+@main.command("export-checkpoint", context_settings=CONTEXT)
+@click.argument("out_dir", metavar="DIR")
+@click.option("--model", type=click.Choice(list(PRESETS)), default="cpu-demo", show_default=True,
+              help="The preset to export.")
+@click.option("--seed", type=int, default=0, show_default=True, help="The engine's weight seed (--seed there).")
+@click.option("--dtype", type=click.Choice(["float32", "bfloat16"]), default="float32", show_default=True,
+              help="Weights on disk; float32 is exact for the engine at any dtype.")
+def export_checkpoint(out_dir: str, model: str, seed: int, dtype: str) -> None:
+    """Write a preset as a Hugging Face model directory (new or empty DIR).
+
+    The weights are the ones the engine draws for that preset and seed (on the CPU), with config.json,
+    generation_config.json and a byte-level BPE tokenizer, so transformers, vLLM and `--model DIR`
+    all run exactly the weights batchtop runs.
+    """
+    from batchtop.tui.commands.export import run_export
+    run_export(out_dir, model, seed, dtype)
