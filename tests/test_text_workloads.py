@@ -8,6 +8,7 @@ import shutil
 import pytest
 from click.testing import CliRunner
 
+from batchtop.core_engine.config import config_from_dict
 from batchtop.core_engine.model.tokenizer import Tokenizer
 from batchtop.core_engine.session.trace import read_trace
 from batchtop.tui.cli import main
@@ -90,3 +91,23 @@ def test_eos_stops_a_request_early_unless_ignored_and_the_reason_reaches_metrics
 
     m = headless(model_dir, "--workload", str(workload), "--ignore-eos")
     assert m["finish_reasons"] == {"length": 1, "stop": 0} and m["tokens"]["generated"] == 10
+
+
+def test_compare_runs_a_model_directory_and_replay_shows_what_was_recorded(hf_checkpoints, tmp_path):
+    model_dir = hf_checkpoints["llama"]  # llama3 rope scaling and tied embeddings must survive the trace
+    out = tmp_path / "c.json"
+    result = CliRunner().invoke(main, ["compare", "--model", str(model_dir), "--device", "cpu", "--dtype", "float32",
+                                       "--num-requests", "6", "--ignore-eos", "-o", str(out)])
+    assert result.exit_code == 0, result.output
+    doc = json.loads(out.read_text())
+    assert doc["static"]["tokens"]["generated"] == doc["continuous"]["tokens"]["generated"] > 0
+    assert doc["continuous"]["config"]["model"]["checkpoint"] == str(model_dir)
+
+    trace = tmp_path / "t.jsonl"
+    live = headless(model_dir, "--num-requests", "3", "--record", str(trace))
+    replayed = CliRunner().invoke(main, ["replay", str(trace), "--headless"])
+    assert replayed.exit_code == 0, replayed.output
+    model = json.loads(replayed.stdout)["config"]["model"]
+    assert model == live["config"]["model"]
+    assert model["architecture"] == "LlamaForCausalLM" and model["rope_scaling"]["rope_type"] == "llama3"
+    assert config_from_dict(read_trace(str(trace)).header["config"]).model.tie_word_embeddings
