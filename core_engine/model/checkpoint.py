@@ -8,7 +8,6 @@ and whether the weights fit is checked before a byte of weights is read.
 
 from __future__ import annotations
 
-from collections import defaultdict
 from pathlib import Path
 
 import torch
@@ -116,18 +115,16 @@ def load_model(config: ModelConfig, device: str, dtype: torch.dtype) -> LlamaFor
     files = check_checkpoint(config)
     model = empty_model(config, device, dtype)
     targets = hf_parameters(model)
-    by_file: dict[Path, list[str]] = defaultdict(list)
-    for name, file in files.items():
-        by_file[file].append(name)
     read_on = f"cuda:{torch.cuda.current_device()}" if device == "cuda" else "cpu"
     with torch.no_grad():
-        for file, names in by_file.items():
-            with safe_open(file, framework="pt", device=read_on) as f:
-                for name in names:
-                    try:
-                        tensor = f.get_tensor(name)
-                    except (SafetensorError, OSError, ValueError) as exc:
-                        raise BadInput(f"{file}: cannot read tensor {name} ({exc})") from None
-                    targets[name].copy_(tensor)  # converts to the model's dtype in place
-                    del tensor
+        for name, file in files.items():
+            # One open per tensor: the file is memory-mapped while open, and every page read stays
+            # in this process's RSS until it closes (a whole file's worth, with one open per file).
+            try:
+                with safe_open(file, framework="pt", device=read_on) as f:
+                    tensor = f.get_tensor(name)
+            except (SafetensorError, OSError, ValueError) as exc:
+                raise BadInput(f"{file}: cannot read tensor {name} ({exc})") from None
+            targets[name].copy_(tensor)  # converts to the model's dtype in place
+            del tensor
     return model
