@@ -77,14 +77,14 @@ def test_eos_stops_a_request_early_unless_ignored_and_the_reason_reaches_metrics
     workload = tmp_path / "w.jsonl"
     workload.write_text(json.dumps({"id": "a", "prompt": SENTENCES[0], "max_tokens": 10}) + "\n")
     full = tmp_path / "full.jsonl"
-    headless(model_dir, "--workload", str(workload), "--record", str(full))  # EOS id 1 is never emitted here
+    headless(model_dir, "--workload", str(workload), "--record", str(full), "--record-text")  # EOS 1 never comes
     output = finish_events(full)["a"]["output_token_ids"]
     assert len(output) == 10
     eos = next(t for i, t in enumerate(output) if i >= 2 and t not in output[:i])  # first emitted at step i
     (model_dir / "generation_config.json").write_text(json.dumps({"eos_token_id": [99999, eos]}))
 
     stopped = tmp_path / "stopped.jsonl"
-    m = headless(model_dir, "--workload", str(workload), "--record", str(stopped))
+    m = headless(model_dir, "--workload", str(workload), "--record", str(stopped), "--record-text")
     event = finish_events(stopped)["a"]
     assert event["finish_reason"] == "stop" and event["output_token_ids"] == output[:output.index(eos) + 1]
     assert m["finish_reasons"] == {"length": 0, "stop": 1} and m["tokens"]["generated"] == output.index(eos) + 1

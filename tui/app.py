@@ -21,6 +21,7 @@ from textual.worker import Worker, WorkerState, get_current_worker
 
 from batchtop.core_engine.config import EngineConfig
 from batchtop.core_engine.measure.device_peaks import DevicePeaks
+from batchtop.core_engine.engine.snapshot import SlotView
 from batchtop.core_engine.measure.telemetry import TelemetrySampler
 from batchtop.core_engine.simulate.simulation import Simulation
 from batchtop.themes import STYLESHEET, THEMES
@@ -28,6 +29,7 @@ from batchtop.tui.bridge import EngineBridge
 from batchtop.tui.frame import DashboardFrame
 from batchtop.tui.widgets.device import DevicePanel
 from batchtop.tui.screens.help import HelpScreen
+from batchtop.tui.screens.request_detail import RequestScreen
 from batchtop.tui.widgets.kv_blocks import KVBlocksPanel
 from batchtop.tui.widgets.metrics_strip import MetricsStrip
 from batchtop.tui.widgets.roofline import RooflinePanel
@@ -41,6 +43,11 @@ QUIT_WAIT_S = 10.0  # longest we wait for a step in flight when quitting
 
 
 COMMON_BINDINGS = [
+    Binding("up", "move_slot(-1, 0)", "slot", show=False),
+    Binding("down", "move_slot(1, 0)", "slot", show=False),
+    Binding("left", "move_slot(0, -1)", "slot", show=False),
+    Binding("right", "move_slot(0, 1)", "slot", show=False),
+    Binding("enter", "open_slot", "request", show=False),
     Binding("v", "toggle_view", "timeline"),
     Binding("t", "next_theme", "theme", show=False),
     Binding("question_mark", "help", "help", key_display="?"),
@@ -174,6 +181,24 @@ class Dashboard(App[int]):
 
     def action_toggle_view(self) -> None:
         self.query_one(SlotsPanel).toggle_view()
+
+    def action_move_slot(self, rows: int, columns: int) -> None:
+        self.query_one(SlotsPanel).move_selection(rows, columns)
+
+    def action_open_slot(self) -> None:
+        self.open_request(self.query_one(SlotsPanel).selected_slot())
+
+    def on_slots_panel_chosen(self, message: SlotsPanel.Chosen) -> None:
+        self.open_request(message.slot)
+
+    def open_request(self, slot: SlotView | None) -> None:
+        """The detail view of the request in that slot: its prompt and output, live."""
+        if slot is None:
+            self.notify("pick a slot with the arrow keys first", timeout=2)
+        elif slot.request_id is None:
+            self.notify(f"slot {slot.slot} is empty", timeout=2)
+        else:
+            self.push_screen(RequestScreen(slot.index, slot.request_id))
 
     def action_next_theme(self) -> None:
         names = [t.name for t in THEMES]

@@ -160,8 +160,7 @@ class EngineBridge:
         if single:
             with self._lock:
                 self._pending_steps -= 1
-        self.session.after_step(snap)
-        self._builder.observe(snap)
+        self._builder.observe(snap, self.session.after_step(snap))
         if not snap.is_step:
             wait = self.session.seconds_until_next_event()
             self._publish(force=single, sample=False)
@@ -177,8 +176,7 @@ class EngineBridge:
         """Apply controls sent while paused (so the status line follows at once) and wait."""
         if self.engine.apply_pending():
             snap = self.engine.snapshot()
-            self.session.after_step(snap)
-            self._builder.observe(snap)
+            self._builder.observe(snap, self.session.after_step(snap))
         if self.pace is not None:
             wait = None if self._paused else self.session.seconds_until_next_event()
             if wait:

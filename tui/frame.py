@@ -7,16 +7,20 @@ never reads anything the engine is still changing.
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from types import MappingProxyType
 
 from batchtop.core_engine.measure.metrics import MetricsCollector, RateWindow, percentiles
 from batchtop.core_engine.engine.request import Phase
 from batchtop.core_engine.engine.snapshot import SlotState, StepSnapshot
+from batchtop.core_engine.session.text import RequestText, TextBook, TextDelta
 
 TIMELINE_STEPS = 240  # steps the slot timeline keeps
 SPARK_POINTS = 120  # samples the sparklines keep
 TRAIL_POINTS = 24  # recent steps drawn on the roofline
 
+NO_TEXTS: Mapping = MappingProxyType({})
 SlotCell = tuple[int, Phase, SlotState, bool]  # request index, phase, state, prompt padded this step
 SlotColumn = tuple[SlotCell, ...]  # one step of the timeline, a cell per slot
 
@@ -56,6 +60,7 @@ class DashboardFrame:
     error: str | None = None
     caption: str | None = None  # scripted demos explain each stage here
     last_decode: StepSnapshot | None = None  # the newest step without prefill: the roofline's verdict
+    texts: Mapping[int, RequestText] = field(default_factory=lambda: NO_TEXTS)  # by request index; empty without a tokenizer
 
 
 @dataclass
@@ -70,11 +75,15 @@ class FrameBuilder:
     trail: deque = field(default_factory=lambda: deque(maxlen=TRAIL_POINTS))
     last: StepSnapshot | None = None
     last_decode: StepSnapshot | None = None
+    texts: TextBook = field(default_factory=TextBook)
     _generated: int = 0
 
-    def observe(self, snap: StepSnapshot) -> None:
+    def observe(self, snap: StepSnapshot, text: TextDelta | None = None) -> None:
+        """text: what the step added to its requests' text (live: the session's decoder; replay: the
+        recorded text event)."""
         self.last = snap
         self.collector.observe(snap)
+        self.texts.add(text or TextDelta(), [f.index for f in snap.finished])
         if not snap.is_step:
             return
         generated = snap.counters.generated_tokens
@@ -107,4 +116,4 @@ class FrameBuilder:
             completed=counters.completed if counters else 0, rejected=counters.rejected if counters else 0,
             total=counters.submitted + self.last.num_pending_arrivals if counters else 0)
         return DashboardFrame(self.last, metrics, tuple(self.timeline), tuple(self.trail), state, error, caption,
-                              self.last_decode)
+                              self.last_decode, self.texts.view())

@@ -8,6 +8,7 @@ import time
 from collections.abc import Callable
 
 from batchtop.core_engine.engine.snapshot import StepSnapshot
+from batchtop.core_engine.session.text import TextDelta
 from batchtop.core_engine.session.trace import Trace
 from batchtop.tui.frame import DashboardFrame, FrameBuilder
 
@@ -109,6 +110,8 @@ class ReplaySource:
                 self.recorded_pause = event["name"] == "pause"
             elif event["name"] == "reset":
                 self._builder = FrameBuilder()
+        elif event["type"] == "text":  # recorded with --record-text; checked when the trace was read
+            self._builder.texts.add(TextDelta.from_event(event))
         elif event["type"] == "error":
             self.notify("error", f"the recorded engine failed: {event['message']}")
         if snap is not None:

@@ -6,7 +6,8 @@ The API other parts rely on (the workload reader, the dashboard, the server):
     ids = tok.encode("text")                   # list[int], with the tokenizer's BOS when it adds one
     text = tok.decode(ids)                     # whole-sequence decode (special tokens dropped)
     stream = tok.stream(prompt_ids)            # incremental: stream.push(token_id) -> new text ("" while
-                                               # a multi-byte character is still incomplete)
+                                               # a multi-byte character is still incomplete);
+                                               # stream.flush() at the end -> what is still held
     prompt = tok.apply_chat_template(messages) # when tokenizer_config.json has a chat template
     tok.eos_token_ids                          # generation_config.json's EOS ids (else config.json's)
 """
@@ -55,9 +56,21 @@ class TextStream:
     def __init__(self, tokenizer: tokenizers.Tokenizer, prompt_ids: Sequence[int]) -> None:
         self._tokenizer = tokenizer
         self._stream = DecodeStream(ids=list(prompt_ids[-STREAM_CONTEXT:]), skip_special_tokens=True)
+        self._held: list[int] = []  # pushed tokens whose text is not out yet (part of a character)
 
     def push(self, token_id: int) -> str:
-        return self._stream.step(self._tokenizer, token_id) or ""
+        text = self._stream.step(self._tokenizer, token_id)
+        if text is None:
+            self._held.append(token_id)
+            return ""
+        self._held.clear()
+        return text
+
+    def flush(self) -> str:
+        """At the end of the sequence: what held tokens decode to on their own (U+FFFD for a cut
+        character), as a whole-sequence decode would end."""
+        held, self._held = self._held, []
+        return self._tokenizer.decode(held, skip_special_tokens=True) if held else ""
 
 
 class Tokenizer:

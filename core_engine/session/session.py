@@ -13,6 +13,7 @@ from batchtop.core_engine.engine import control
 from batchtop.core_engine.engine.engine import Engine
 from batchtop.core_engine.engine.request import Request
 from batchtop.core_engine.session.script import ScriptPlayer
+from batchtop.core_engine.session.text import TextDecoder, TextDelta
 from batchtop.core_engine.engine.snapshot import StepSnapshot
 from batchtop.core_engine.session.trace import Recorder
 from batchtop.core_engine.session.workload import make_burst
@@ -28,12 +29,13 @@ class SessionListener(Protocol):
 
 class Session:
     def __init__(self, engine: Engine, workload: list[Request], *, recorder: Recorder | None = None,
-                 script: ScriptPlayer | None = None) -> None:
+                 script: ScriptPlayer | None = None, text: TextDecoder | None = None) -> None:
         self.engine = engine
         self.workload = workload
         self.recorder = recorder
         self.script = script
         self.listeners: list[SessionListener] = []
+        self.text = text  # decodes each step's new tokens (a model directory's tokenizer), else None
         self.caption: str | None = None
         self.quit_requested = False
         self._bursts = 0
@@ -68,11 +70,14 @@ class Session:
             waits.append(max(0.0, self.script.next_at() - self.engine.now()))
         return min((w for w in waits if w is not None), default=None)
 
-    def after_step(self, snap: StepSnapshot) -> None:
+    def after_step(self, snap: StepSnapshot) -> TextDelta | None:
+        """Record the step; returns the text it added (None without a decoder)."""
+        delta = self.text.update(self.engine.scheduler.running, snap) if self.text is not None else None
         if self.recorder is not None:
-            self.recorder.record(snap)
+            self.recorder.record(snap, delta)
         for listener in self.listeners:
             listener.observe(snap)
+        return delta
 
     def note(self, name: str, value: object = None) -> None:
         """A driver-level event for the trace: pause, resume, caption."""

@@ -22,6 +22,7 @@ from pathlib import Path
 
 from batchtop.core_engine.errors import BadInput
 from batchtop.core_engine.engine.snapshot import StepSnapshot
+from batchtop.core_engine.session.text import TextDelta
 from batchtop.core_engine.session.trace_codec import SnapshotDecoder, SnapshotEncoder
 
 TRACE_FORMAT = "batchtop.trace"
@@ -36,7 +37,7 @@ class TraceError(BadInput):
 class Recorder:
     """Appends a session's events to a trace file; owned by the thread that produces snapshots."""
 
-    def __init__(self, path: str, header: dict) -> None:
+    def __init__(self, path: str, header: dict, record_text: bool = False) -> None:
         self.path = path
         raw = open(path, "wb")
         self._raw = raw
@@ -44,10 +45,11 @@ class Recorder:
         self._out = io.TextIOWrapper(self._gz or raw, encoding="utf-8", newline="\n", write_through=True)
         self._t0 = time.monotonic()
         self._seq = 0
-        self._encoder = SnapshotEncoder()
+        self._encoder = SnapshotEncoder(record_text)
         self.closed = False
         self._write({"type": "header", "format": TRACE_FORMAT, "version": TRACE_VERSION,
-                     "start_time": datetime.datetime.now(datetime.timezone.utc).isoformat(), **header})
+                     "start_time": datetime.datetime.now(datetime.timezone.utc).isoformat(), **header,
+                     "text": record_text})
         self.flush()
 
     def _write(self, event: dict) -> None:
@@ -56,9 +58,9 @@ class Recorder:
         self._out.write(line + "\n")
         self._seq += 1
 
-    def record(self, snap: StepSnapshot) -> None:
-        """Write what this snapshot says happened; flush once per step."""
-        events = self._encoder.events(snap)
+    def record(self, snap: StepSnapshot, text: TextDelta | None = None) -> None:
+        """Write what this snapshot says happened (and its text, if recording text); flush once per step."""
+        events = self._encoder.events(snap, text)
         for event in events:
             self._write(event)
         if events:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from batchtop.core_engine.engine.request import Phase
 from batchtop.core_engine.engine.wait_reason import WaitKind, WaitReason
+from batchtop.core_engine.session.text import TextDelta
 from batchtop.core_engine.engine.snapshot import Counters, FinishedRequest, SlotView, StepCost, StepSnapshot, WaitingView
 
 PHASE_CODE = {Phase.PREFILL: "p", Phase.DECODE: "d", Phase.PADDING: "x", Phase.IDLE: "i"}
@@ -38,19 +39,27 @@ def expand(runs: list[int]) -> tuple[int, ...]:
 
 
 class SnapshotEncoder:
-    """Turns snapshots into trace events; remembers the last block map to send only changes."""
+    """Turns snapshots into trace events; remembers the last block map to send only changes.
 
-    def __init__(self) -> None:
+    What users typed and what the model answered is recorded only when asked (record_text): then a
+    "text" event before each step carries that step's TextDelta and finish events carry the output
+    token ids; otherwise neither is written."""
+
+    def __init__(self, record_text: bool = False) -> None:
         self._owners: tuple[int, ...] | None = None
+        self.record_text = record_text
 
-    def events(self, snap: StepSnapshot) -> list[dict]:
+    def events(self, snap: StepSnapshot, text: TextDelta | None = None) -> list[dict]:
         out: list[dict] = [{"type": "control", "name": name, "value": value} for name, value in snap.controls]
         if any(name == "reset" for name, _ in snap.controls):
             self._owners = None
         out += [{"type": "arrival", "index": a.index, "id": a.request_id, "prompt_len": a.prompt_len,
                  "max_tokens": a.max_tokens, "arrival_s": a.arrival_s} for a in snap.arrived]
         out += [{"type": "reject", "id": rid, "reason": reason} for rid, reason in snap.rejected]
-        out += [{"type": "finish", **{k: getattr(f, k) for k in FINISH_FIELDS}} for f in snap.finished]
+        fields = FINISH_FIELDS if self.record_text else tuple(k for k in FINISH_FIELDS if k != "output_token_ids")
+        out += [{"type": "finish", **{k: getattr(f, k) for k in fields}} for f in snap.finished]
+        if self.record_text and text:
+            out.append(text.as_event())
         if snap.is_step or out:
             out.append(self._step(snap))
         return out
@@ -105,9 +114,11 @@ class SnapshotDecoder:
         elif kind == "reject":
             self._pending["rejected"].append((event["id"], event["reason"]))
         elif kind == "finish":
-            fields = {k: event[k] for k in FINISH_FIELDS}
-            fields["output_token_ids"] = tuple(fields["output_token_ids"])
+            fields = {k: event[k] for k in FINISH_FIELDS if k != "output_token_ids"}
+            fields["output_token_ids"] = tuple(event.get("output_token_ids", ()))  # recorded with --record-text
             self._pending["finished"].append(FinishedRequest(**fields))
+        elif kind == "text":
+            TextDelta.from_event(event)  # only checked here: replay adds it to the text it shows
         elif kind in ("step", "view"):
             return self._step(event)
         return None

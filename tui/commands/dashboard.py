@@ -24,7 +24,8 @@ def run_dashboard(opts: dict, *, theme: str = "batchtop-dark", start_paused: boo
     from batchtop.tui.bridge import EngineBridge
     from batchtop.tui.widgets.waiting import arrivals_label
 
-    session = setup.open_session(engine, peaks)
+    # a what-if run computes no real tokens: there are no words to show
+    session = setup.open_session(engine, peaks, show_text=setup.simulation is None)
     arrivals = arrivals_label(workload_info(setup.spec, setup.requests))
     if setup.simulation is not None:
         from batchtop.tui.simulated_app import SimulatedApp

@@ -20,6 +20,7 @@ from batchtop.core_engine.engine.request import Request
 from batchtop.core_engine.session.script import ScriptAction, ScriptPlayer, load_script
 from batchtop.core_engine.session.pacing import pace, paced
 from batchtop.core_engine.session.session import Session
+from batchtop.core_engine.session.text import TextDecoder
 from batchtop.core_engine.resolve import resolve_config, resolve_workload
 from batchtop.core_engine.session.trace import Recorder
 from batchtop.core_engine.session.workload import WorkloadSpec, load_workload
@@ -80,6 +81,9 @@ _OPTIONS = [
 SESSION_OPTIONS = [
     click.option("--record", type=str, default=None, metavar="FILE",
                  help="Record the session to a batchtop.trace (JSON Lines; gzip if FILE ends in .gz)."),
+    click.option("--record-text", is_flag=True,
+                 help="With --record: also record prompt and output text (a model directory's tokenizer) and "
+                      "output token ids. Off by default: a trace then holds no one's words."),
     click.option("--script", "script_path", type=str, default=None, metavar="FILE",
                  help="Play timed actions (JSON, or YAML with PyYAML): mode, max_num_seqs, burst, caption, quit. "
                       "'teaching' runs the bundled demo that walks through static vs continuous batching."),
@@ -106,9 +110,11 @@ class Setup:
     script: list[ScriptAction] | None = None
     record: str | None = None
     simulation: Simulation | None = None
+    record_text: bool = False
     tokenizer: Tokenizer | None = None  # a model directory's; None for presets
 
-    def open_session(self, engine: Engine, peaks: DevicePeaks | None) -> Session:
+    def open_session(self, engine: Engine, peaks: DevicePeaks | None, *, show_text: bool = False) -> Session:
+        """show_text: decode every step's tokens for the screen, not only for a --record-text trace."""
         recorder = None
         if self.record is not None:
             recorder = Recorder(self.record, {
@@ -117,9 +123,11 @@ class Setup:
                 "peaks": peaks.as_dict() if peaks is not None else None,
                 "workload": workload_info(self.spec, self.requests),
                 **({"simulated": self.simulation.as_dict()} if self.simulation is not None else {}),
-            })
+            }, record_text=self.record_text)
         player = ScriptPlayer(self.script) if self.script else None
-        return Session(engine, self.requests, recorder=recorder, script=player)
+        decode = self.tokenizer is not None and (show_text or self.record_text)
+        return Session(engine, self.requests, recorder=recorder, script=player,
+                       text=TextDecoder(self.tokenizer) if decode else None)
 
     def paced(self, engine: Engine) -> Setup:
         """The bundled trace's arrivals paced to this engine's measured capacity (see session.pacing)."""
@@ -162,7 +170,10 @@ def build_setup(opts: dict, **overrides) -> Setup:
     if record is not None:
         from batchtop.tui.commands.output import check_writable
         check_writable(record, "--record")
-    return Setup(config, spec, requests, script, record, simulation, tokenizer)
+    record_text = bool(opts.get("record_text"))
+    if record_text and record is None:
+        raise ConfigError("--record-text", "records text into a trace: give --record FILE too")
+    return Setup(config, spec, requests, script, record, simulation, record_text, tokenizer)
 
 
 def workload_info(spec: WorkloadSpec, requests: list[Request]) -> dict:

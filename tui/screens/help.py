@@ -12,7 +12,8 @@ HELP = """\
 # batchtop
 
 **Slots** — one cell per `max_num_seqs` slot: its request, phase (▸ prefill, ● decode, ░ padding,
-‖ idle, · empty) and progress. Red cells are *bubbles*: slots doing no useful work while requests wait.
+‖ idle, · empty) and progress; with a model directory, the end of its output text. Red cells are
+*bubbles*: slots doing no useful work while requests wait.
 
 **Slots timeline** (`v`) — rows are slots, columns recent steps, coloured by request. Static batching
 shows blocks with ragged padded ends and gaps; continuous batching refills a slot the next step.
@@ -41,6 +42,7 @@ slot and KV utilisation, preemptions, completed/total.
 | `space` | pause / resume the engine; `n` runs one step while paused |
 | `b` | inject a burst of requests; `r` restarts the workload |
 | `v` | Slots grid / timeline; `t` next theme; `p` save an SVG screenshot; `q` quit |
+| arrows, `enter` | pick a slot and open its request: prompt and output, streaming (or click a slot) |
 | replay | `space` pause, `<` `>` slower / faster, `n` next step, `g` / `G` start / end |
 | `--simulate` | `<` `>` simulated time slower / faster against wall time (0.25x .. 1024x, then max) |
 

@@ -77,15 +77,17 @@ class Panel(Widget):
         return self.app.theme_variables.get(name) or self.app.theme_variables.get("foreground", "default")
 
     def style(self, colour_var: str, *, bgcolor_var: str | None = None, bold: bool = False,
-              dim: bool = False) -> Style:
+              dim: bool = False, reverse: bool = False) -> Style:
         """The (cached) style for a theme colour; the same object each time, so runs can merge."""
         if self._styles_theme != self.app.theme:
             self._styles.clear()
             self._styles_theme = self.app.theme
-        key = (colour_var, bgcolor_var, bold, dim)
+        key = (colour_var, bgcolor_var, bold, dim, reverse)
         style = self._styles.get(key)
         if style is None:
+            # reverse=None, not False, unless asked: an explicit False is another Style to Rich
             style = self._styles[key] = Style(color=self.colour(colour_var), bold=bold, dim=dim,
+                                              reverse=reverse or None,
                                               bgcolor=self.colour(bgcolor_var) if bgcolor_var else None)
         return style
 

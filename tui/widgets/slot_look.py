@@ -7,6 +7,7 @@ slots none. Glyphs carry the phase too, so colour is never the only channel.
 
 from __future__ import annotations
 
+from rich.cells import cell_len
 from rich.style import Style
 
 from batchtop.core_engine.engine.request import Phase
@@ -41,3 +42,14 @@ def timeline_look(panel: Panel, index: int, phase: Phase, state: SlotState, padd
     if padded:
         return PADDED_PREFILL_GLYPH, panel.style("prompt-pad")
     return TIMELINE_GLYPH[phase], panel.request_style(index)
+
+
+ONE_LINE = str.maketrans({"\n": "⏎", "\r": None, "\t": " "})
+
+
+def text_tail(text: str, width: int) -> str:
+    """The end of text that fits `width` terminal cells on one line (newlines shown as ⏎), padded to it."""
+    tail = "".join(c for c in text[-width:].translate(ONE_LINE) if c.isprintable())  # >= 1 cell each
+    while cell_len(tail) > width:  # wide characters (CJK, emoji) take two
+        tail = tail[1:]
+    return tail + " " * (width - cell_len(tail))

@@ -5,21 +5,28 @@ Bubbles — an empty or idle slot while requests wait — are drawn on the $bubb
 policy leaves unused are the first thing the eye finds; static batching's finished rows, still
 computed, are padding. Both come from the engine's one definition of slot states. `v` gives the whole
 panel to the timeline (tui.widgets.slot_timeline).
+
+With a model directory's tokenizer each cell also shows the tail of its request's output (its prompt
+while that is prefilled), when the panel is wide enough. Arrow keys move a selection over the slots,
+enter (or a click) opens the request in a detail view (tui.screens.request_detail).
 """
 
 from __future__ import annotations
 
 from rich.style import Style
 from rich.text import Text
+from textual import events
+from textual.message import Message
 
 from batchtop.core_engine.engine.request import Phase
 from batchtop.core_engine.engine.snapshot import SlotState, SlotView, StepSnapshot
 from batchtop.tui.frame import DashboardFrame
 from batchtop.tui.widgets.panel import Panel, Runs
-from batchtop.tui.widgets.slot_look import GRID_GLYPH
+from batchtop.tui.widgets.slot_look import GRID_GLYPH, text_tail
 from batchtop.tui.widgets.slot_timeline import COMPACT_LABEL_WIDTH, render_compact_timeline, render_timeline
 
 DETAILED_WIDTH, MEDIUM_WIDTH, COMPACT_WIDTH = 34, 13, 3
+TEXT_WIDTH = 60  # a detailed cell and the tail of its request's text
 MIN_TIMELINE_ROWS = 2  # below this, the grid keeps the panel to itself
 
 
@@ -31,15 +38,57 @@ def progress(slot: SlotView) -> tuple[int, int]:
 
 
 class SlotsPanel(Panel):
+    class Chosen(Message):
+        """A slot was clicked, or chosen with enter: show its request."""
+
+        def __init__(self, slot: SlotView) -> None:
+            super().__init__()
+            self.slot = slot
+
     def __init__(self, *, id: str | None = "slots") -> None:
         super().__init__(id=id)
         self.timeline = False
+        self.selected: int | None = None  # the slot the arrow keys move; None until one is pressed
+        self._layout: tuple[int, int, int] | None = None  # columns, rows, cell width of the grid last drawn
 
     def content_key(self, frame: DashboardFrame) -> object:
         snap = frame.snapshot
         if snap is None:
             return None
-        return snap.slots, snap.slot_states(), snap.max_num_seqs, len(frame.timeline), snap.step, self.timeline
+        texts = tuple(frame.texts.get(s.index) for s in snap.slots) if frame.texts else ()
+        return (snap.slots, snap.slot_states(), snap.max_num_seqs, len(frame.timeline), snap.step, self.timeline,
+                self.selected, texts)
+
+    # -- choosing a slot --------------------------------------------------------------------------
+    def move_selection(self, rows: int, columns: int) -> None:
+        """Arrow keys: slots run down the grid's columns, then across."""
+        snap = self.frame.snapshot if self.frame is not None else None
+        if snap is None or not snap.slots:
+            return
+        if self.selected is None:
+            self.selected = 0
+        else:
+            grid_rows = self._layout[1] if self._layout is not None else len(snap.slots)
+            self.selected = min(max(self.selected + rows + columns * grid_rows, 0), len(snap.slots) - 1)
+        self.refresh()
+
+    def selected_slot(self) -> SlotView | None:
+        snap = self.frame.snapshot if self.frame is not None else None
+        if snap is None or self.selected is None or self.selected >= len(snap.slots):
+            return None
+        return snap.slots[self.selected]
+
+    def on_click(self, event: events.Click) -> None:
+        offset = event.get_content_offset(self)
+        if offset is None or self._layout is None or self.timeline or self.frame is None:
+            return
+        columns, rows, cell_width = self._layout
+        column, row = offset.x // cell_width, offset.y
+        slot = column * rows + row
+        if column < columns and row < rows and self.frame.snapshot and slot < len(self.frame.snapshot.slots):
+            self.selected = slot
+            self.refresh()
+            self.post_message(self.Chosen(self.frame.snapshot.slots[slot]))
 
     def toggle_view(self) -> None:
         self.timeline = not self.timeline
@@ -65,6 +114,7 @@ class SlotsPanel(Panel):
             return self.placeholder("waiting for the first step…")
         snap = frame.snapshot
         width, height = self.content_size.width, self.content_size.height
+        self._layout = None
         if self.timeline:
             return render_timeline(self, frame.timeline, len(snap.slots), width, height)
         out = Runs()
@@ -82,12 +132,14 @@ class SlotsPanel(Panel):
     def render_grid(self, out: Runs, snap: StepSnapshot, width: int, height: int) -> int:
         """Draw the grid into out, as compact as the slots allow; returns the rows it took."""
         slots, states = snap.slots, snap.slot_states()
-        for cell_width, draw in ((DETAILED_WIDTH, self._detailed), (MEDIUM_WIDTH, self._medium),
+        cells = ((TEXT_WIDTH, self._with_text),) if self.frame.texts else ()
+        for cell_width, draw in (*cells, (DETAILED_WIDTH, self._detailed), (MEDIUM_WIDTH, self._medium),
                                  (COMPACT_WIDTH, self._compact)):
             cols = max(1, width // cell_width)
             if cols * max(1, height) >= len(slots) or cell_width == COMPACT_WIDTH:
                 break
         rows = -(-len(slots) // cols)
+        self._layout = (cols, rows, cell_width)
         # slot numbers run down, then across; at most two columns deep as long as it fits, so the
         # rest of the panel is left to the timeline
         for r in range(min(rows, height)):
@@ -123,9 +175,13 @@ class SlotsPanel(Panel):
         out.add("█" * filled, fill)
         out.add("░" * (length - filled), self.style("slot-empty"))
 
+    def _selected(self, slot: SlotView, style: Style) -> Style:
+        return self.style("foreground", reverse=True) if slot.slot == self.selected else style
+
     def _detailed(self, out: Runs, slot: SlotView, state: SlotState, width: int) -> None:
         style = self._cell_style(slot, state)
-        out.add(f"{slot.slot:>3} ", self.style("muted"))
+        out.add(f"{slot.slot:>3}", self._selected(slot, self.style("muted")))
+        out.add(" ", self.style("muted"))
         if slot.request_id is None:
             label = "bubble: idle, queue waiting" if state is SlotState.BUBBLE else "empty"
             out.add(f"{GRID_GLYPH[slot.phase]} {label:<{width - 7}.{width - 7}}", style)
@@ -137,15 +193,28 @@ class SlotsPanel(Panel):
         self._bar(out, slot, state, 8)
         out.add(f" {done:>4}/{total:<4}" + " " * (width - 4 - 10 - 1 - 8 - 10), self.style("foreground"))
 
+    def _with_text(self, out: Runs, slot: SlotView, state: SlotState, width: int) -> None:
+        """The detailed cell, then the end of the request's output (of its prompt before any output)."""
+        self._detailed(out, slot, state, DETAILED_WIDTH)
+        text = self.frame.texts.get(slot.index) if slot.request_id is not None else None
+        shown, style = "", self.style("foreground")
+        if text is not None:
+            shown, style = (text.output, style) if text.output else (text.prompt, self.style("muted"))
+        out.add(text_tail(shown, width - DETAILED_WIDTH - 1), style)
+        out.add(" ")
+
     def _medium(self, out: Runs, slot: SlotView, state: SlotState, width: int) -> None:
         style = self._cell_style(slot, state)
+        glyph = self._selected(slot, style)
         if slot.request_id is None:
-            out.add(f"{GRID_GLYPH[slot.phase]}{'':<{width - 2}}", style)
+            out.add(GRID_GLYPH[slot.phase], glyph)
+            out.add(f"{'':<{width - 2}}", style)
         else:
-            out.add(f"{GRID_GLYPH[slot.phase]}{slot.request_id:<6.6}", style)
+            out.add(GRID_GLYPH[slot.phase], glyph)
+            out.add(f"{slot.request_id:<6.6}", style)
             self._bar(out, slot, state, width - 8)
         out.add(" ")
 
     def _compact(self, out: Runs, slot: SlotView, state: SlotState, width: int) -> None:
-        out.add(GRID_GLYPH[slot.phase] * (width - 1), self._cell_style(slot, state))
+        out.add(GRID_GLYPH[slot.phase] * (width - 1), self._selected(slot, self._cell_style(slot, state)))
         out.add(" ")

@@ -1,0 +1,83 @@
+"""One request up close: where it is now, its prompt and its output, streaming as the engine runs.
+
+Opened from the Slots panel (enter on the selected slot, or a click). It follows the request, not the
+slot: after the request finishes (or is preempted) its text stays, from the frame's TextBook.
+"""
+
+from __future__ import annotations
+
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Vertical, VerticalScroll
+from textual.screen import ModalScreen
+from textual.widgets import Static
+
+from batchtop.core_engine.engine.snapshot import StepSnapshot
+from batchtop.core_engine.session.text import RequestText
+from batchtop.tui.frame import DashboardFrame
+from batchtop.tui.widgets.slots import progress
+
+REFRESH_S = 0.2
+NO_TOKENIZER = "No text: this model has no tokenizer. Run a model directory (--model DIR) to see words here."
+NOT_RECORDED = "No text in this recording: record with --record-text to replay what was said."
+FORGOTTEN = "Its text is no longer kept: the dashboard keeps the last 64 finished requests' text."
+
+
+def where(snap: StepSnapshot | None, index: int) -> str:
+    """The request's place in the engine at this frame."""
+    if snap is not None:
+        for slot in snap.slots:
+            if slot.index == index:
+                done, total = progress(slot)
+                return f"slot {slot.slot} · {slot.phase.value} {done}/{total}"
+        for position, waiting in enumerate(snap.waiting):
+            if waiting.index == index:
+                return f"waiting, #{position + 1} in the queue"
+    return "done: no longer in a slot"
+
+
+class RequestScreen(ModalScreen[None]):
+    BINDINGS = [Binding("escape,enter,q", "dismiss", "close")]
+
+    def __init__(self, index: int, request_id: str) -> None:
+        super().__init__()
+        self.index = index
+        self.request_id = request_id
+        self._shown: tuple | None = None
+
+    def compose(self) -> ComposeResult:
+        with Vertical(id="request-detail"):
+            yield Static(id="request-head")
+            with VerticalScroll(id="request-body"):
+                yield Static(id="request-text")
+
+    def on_mount(self) -> None:
+        self.query_one("#request-detail").border_title = f"request {self.request_id}"
+        self.query_one("#request-detail").border_subtitle = "escape: close"
+        self.show(self.app.bridge.frame)
+        self.set_interval(REFRESH_S, lambda: self.show(self.app.bridge.frame))
+
+    def show(self, frame: DashboardFrame) -> None:
+        text = frame.texts.get(self.index)
+        head = where(frame.snapshot, self.index)
+        if (head, text, bool(frame.texts)) == self._shown:
+            return
+        self._shown = (head, text, bool(frame.texts))
+        self.query_one("#request-head", Static).update(Text(head, style="bold"))
+        body = self.query_one("#request-body", VerticalScroll)
+        following = body.scroll_y >= body.max_scroll_y  # at the end: keep following the output
+        self.query_one("#request-text", Static).update(self.body(text, bool(frame.texts)))
+        if following:
+            self.call_after_refresh(body.scroll_end, animate=False)
+
+    def body(self, text: RequestText | None, any_text: bool) -> Text:
+        if text is None:
+            missing = FORGOTTEN if any_text else NO_TOKENIZER if self.app.LIVE else NOT_RECORDED
+            return Text(missing, style="italic")
+        out = Text()
+        out.append("prompt\n", style="bold underline")
+        out.append(text.prompt + "\n\n")
+        out.append("output\n", style="bold underline")
+        out.append(text.output or "…", style="bold")
+        return out
