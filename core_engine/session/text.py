@@ -61,28 +61,30 @@ class TextDecoder:
         for seq in running:
             if seq.index not in self._streams:
                 self._indices[seq.id] = seq.index
-            self._advance(seq.index, seq.request.prompt_token_ids, seq.token_ids[seq.prompt_len:], prompts, outputs)
+            self._advance(seq.index, seq.request.prompt_token_ids, seq.token_ids, seq.prompt_len, prompts, outputs)
         for done in snap.finished:  # already out of `running`; its last token came this step
             if done.index in self._streams:
-                self._advance(done.index, (), done.output_token_ids, prompts, outputs)
+                self._advance(done.index, (), done.output_token_ids, 0, prompts, outputs)
                 held = self._streams.pop(done.index)[0].flush()
                 if held:
                     outputs.append((done.index, held))
                 self._indices.pop(done.request_id, None)
         return TextDelta(tuple(prompts), tuple(outputs))
 
-    def _advance(self, index: int, prompt_ids: tuple[int, ...], output_ids: list[int] | tuple[int, ...],
-                 prompts: list, outputs: list) -> None:
+    def _advance(self, index: int, prompt_ids: tuple[int, ...], token_ids: list[int] | tuple[int, ...],
+                 output_start: int, prompts: list, outputs: list) -> None:
+        """Push token_ids[output_start + tokens already pushed:] (indexed, never copied whole)."""
         entry = self._streams.get(index)
         if entry is None:
             prompts.append((index, self.tokenizer.decode(prompt_ids)))
             entry = (self.tokenizer.stream(prompt_ids), 0)
         stream, done = entry
-        if done < len(output_ids):
-            text = "".join(stream.push(t) for t in output_ids[done:])
+        total = len(token_ids) - output_start
+        if done < total:
+            text = "".join(stream.push(token_ids[output_start + i]) for i in range(done, total))
             if text:
                 outputs.append((index, text))
-        self._streams[index] = (stream, len(output_ids))
+        self._streams[index] = (stream, total)
 
 
 @dataclass(frozen=True, slots=True)
