@@ -1,6 +1,11 @@
 """Engine throughput with the dashboard open vs headless, on the same engine and workload.
 
     python bench/dashboard_overhead.py [--num-requests 32] [--rounds 5] [--timeline]
+    python bench/dashboard_overhead.py --model DIR [--detail]     # with text: a model directory
+
+With a model directory (`batchtop export-checkpoint DIR` makes one) the dashboard also decodes every
+token for the slot cells, as `batchtop --model DIR` does; --detail keeps one request's detail view open
+(prompt and output streaming) for the whole run. EOS is ignored so both runs do the same work.
 
 Everything that touches torch runs off the main thread, as `batchtop` does (core_engine.torch_thread).
 Alternates headless and dashboard runs (the dashboard drawn by Textual in headless mode at 120x36,
@@ -15,9 +20,14 @@ from __future__ import annotations
 import argparse
 import asyncio
 import statistics
+from dataclasses import replace
 
 from batchtop.core_engine.measure.device_peaks import device_peaks
 from batchtop.core_engine.engine.engine import Engine
+from batchtop.core_engine.engine.request import SamplingParams
+from batchtop.core_engine.model.tokenizer import Tokenizer
+from batchtop.core_engine.session.session import Session
+from batchtop.core_engine.session.text import TextDecoder
 from batchtop.core_engine.session.driver import run_workload
 from batchtop.core_engine.measure.metrics import MetricsCollector
 from batchtop.core_engine.resolve import resolve_config
@@ -33,12 +43,18 @@ def steady_throughput(collector: MetricsCollector) -> float:
     return last.counters.generated_tokens / (last.t - first_start)
 
 
-async def dashboard_run(engine: Engine, requests, config, peaks, timeline: bool) -> float:
-    bridge = EngineBridge(engine, requests)
+async def dashboard_run(engine: Engine, requests, config, peaks, timeline: bool, tokenizer: Tokenizer | None,
+                        detail: bool) -> float:
+    session = Session(engine, requests, text=TextDecoder(tokenizer) if tokenizer is not None else None)
+    bridge = EngineBridge(engine, requests, session=session)
     app = BatchtopApp(bridge, config, peaks)
     async with app.run_test(size=(120, 36)) as pilot:
         if timeline:
             await pilot.press("v")
+        if detail:
+            while bridge.frame.snapshot is None or bridge.frame.snapshot.slots[0].request_id is None:
+                await pilot.pause(0.05)
+            await pilot.press("down", "enter")
         while bridge.frame.state != "finished":
             await pilot.pause(0.2)
         await pilot.press("q")
@@ -50,11 +66,14 @@ def main() -> None:
     ap.add_argument("--num-requests", type=int, default=32)
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--timeline", action="store_true", help="keep the Slots panel in its (busier) timeline view")
-    ap.add_argument("--model", default="auto")
+    ap.add_argument("--model", default="auto", help="a preset, or a model directory (text on screen)")
+    ap.add_argument("--detail", action="store_true", help="keep a request's detail view open during the run")
     args = ap.parse_args()
     config = resolve_config(model=args.model)
+    tokenizer = Tokenizer.from_dir(config.model.checkpoint) if config.model.checkpoint else None
     spec = WorkloadSpec(path="synthetic", num_requests=args.num_requests, prompt_mean=32, output_mean=64)
-    requests = load_workload(spec, config.model.vocab_size)
+    requests = [replace(r, sampling=SamplingParams(ignore_eos=True))
+                for r in load_workload(spec, config.model.vocab_size)]
     peaks = call_in_thread(lambda: device_peaks(config.device, config.dtype))
     runner = call_in_thread(lambda: Engine(config).runner)
     results = {"headless": [], "dashboard": []}
@@ -62,12 +81,13 @@ def main() -> None:
         result = call_in_thread(lambda: run_workload(Engine(config, runner=runner), requests))
         results["headless"].append(steady_throughput(result.collector))
         results["dashboard"].append(asyncio.run(dashboard_run(Engine(config, runner=runner), requests, config, peaks,
-                                                                args.timeline)))
+                                                                args.timeline, tokenizer, args.detail)))
         print(f"round {r + 1}: headless {results['headless'][-1]:.1f} tok/s, "
               f"dashboard {results['dashboard'][-1]:.1f} tok/s, ratio "
               f"{100 * results['dashboard'][-1] / results['headless'][-1]:.1f}%", flush=True)
     ratios = [d / h for h, d in zip(results["headless"], results["dashboard"])]
-    view = "timeline" if args.timeline else "grid"
+    view = ("timeline" if args.timeline else "grid") + (", text decoded" if tokenizer else "") + \
+        (", detail view open" if args.detail else "")
     print(f"{config.model.name} {config.dtype}, {len(requests)} requests, max_num_seqs {config.max_num_seqs}, "
           f"Slots {view}: dashboard/headless, median of {len(ratios)} paired rounds = "
           f"{100 * statistics.median(ratios):.1f}% (target >= 90%)")
