@@ -1,14 +1,20 @@
-"""The tokenizer API the workload reader, the dashboard and the server use: streamed text, chat templates."""
+"""The tokenizer API the workload reader, the dashboard and the server use: streamed text, chat templates,
+and the server's text path on a real tokenizer."""
 
 from __future__ import annotations
 
 import json
 import shutil
 
+import openai
 import pytest
 
 from batchtop.core_engine.errors import BadInput
+from batchtop.core_engine.model.hf_config import read_model_config
 from batchtop.core_engine.model.tokenizer import Tokenizer
+from tests.conftest import tiny_config
+from tests.hf_checkpoints import SENTENCES
+from tests.serving import serving
 
 transformers = pytest.importorskip("transformers")
 
@@ -74,3 +80,20 @@ def test_eos_ids_come_from_generation_config_then_config(hf_checkpoints, tmp_pat
     assert Tokenizer.from_dir(model_dir).eos_token_ids == (7, 9)
     (model_dir / "generation_config.json").unlink()
     assert Tokenizer.from_dir(model_dir).eos_token_ids == (1,)  # config.json's
+
+
+def test_a_model_directory_serves_text_and_chat(hf_checkpoints):
+    """The Tokenizer is the server's TextCodec: text prompts, chat templates and text answers."""
+    model_dir = hf_checkpoints["qwen3"]
+    tok = Tokenizer.from_dir(model_dir)
+    with serving(tiny_config(model=read_model_config(model_dir), num_kv_blocks=256), codec=tok) as running:
+        c = openai.OpenAI(base_url=running.url + "/v1", api_key="unused", max_retries=0)
+        whole = c.completions.create(model="tiny", prompt=SENTENCES[0], max_tokens=8, temperature=0,
+                                     extra_body={"ignore_eos": True})
+        ids = whole.choices[0].model_extra["token_ids"]
+        assert whole.usage.prompt_tokens == len(tok.encode(SENTENCES[0])) and len(ids) == 8
+        text = whole.choices[0].text
+        assert text and tok.decode(ids).startswith(text)  # a character cut at the end may be held back
+        messages = [{"role": "user", "content": "What is a KV block?"}]
+        chat = c.chat.completions.create(model="tiny", messages=messages, max_tokens=4, temperature=0)
+        assert chat.usage.prompt_tokens == len(tok.encode_chat(messages))

@@ -10,6 +10,9 @@ The API other parts rely on (the workload reader, the dashboard, the server):
                                                # stream.flush() at the end -> what is still held
     prompt = tok.apply_chat_template(messages) # when tokenizer_config.json has a chat template
     tok.eos_token_ids                          # generation_config.json's EOS ids (else config.json's)
+
+It is also the server's TextCodec (core_engine/serving/text.py): encode_chat(messages) and
+decoder().feed(token_ids).
 """
 
 from __future__ import annotations
@@ -65,6 +68,9 @@ class TextStream:
             return ""
         self._held.clear()
         return text
+
+    def feed(self, token_ids: Sequence[int]) -> str:
+        return "".join(self.push(t) for t in token_ids)
 
     def flush(self) -> str:
         """At the end of the sequence: what held tokens decode to on their own (U+FFFD for a cut
@@ -122,6 +128,13 @@ class Tokenizer:
 
     def stream(self, prompt_ids: Sequence[int] = ()) -> TextStream:
         return TextStream(self.tokenizer, prompt_ids)
+
+    def decoder(self) -> TextStream:
+        return self.stream()
+
+    def encode_chat(self, messages: list[dict]) -> list[int]:
+        """The chat template's prompt, tokenized (its special tokens are in the text already)."""
+        return self.encode(self.apply_chat_template(messages), add_special_tokens=False)
 
     def apply_chat_template(self, messages: list[dict], add_generation_prompt: bool = True) -> str:
         """The prompt text for a chat, rendered by the checkpoint's own Jinja template; encode it with

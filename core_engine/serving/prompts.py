@@ -58,9 +58,9 @@ def engine_request(request_id: str, prompt: tuple[int, ...], body: SamplingBody,
         raise APIError(400, "prompt: must not be empty", "prompt")
     if body.stop and model.codec is None:
         raise APIError(400, f"a stop string {TOKENIZER_NEEDED}", "stop")
-    eos = model.codec.eos_token_ids if model.codec is not None else ()
+    # the engine stops at the model's EOS ids (a model directory's generation_config.json; none for presets)
     sampling = SamplingParams(temperature=body.temperature, top_p=body.top_p, seed=body.seed,
-                              ignore_eos=body.ignore_eos or not eos, eos_token_id=eos[0] if eos else None)
+                              ignore_eos=body.ignore_eos)
     max_tokens = model.longest_output(len(prompt)) if max_tokens is None else max_tokens
     request = Request(request_id, prompt, max_tokens, 0.0, sampling)
     try:

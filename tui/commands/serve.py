@@ -49,7 +49,7 @@ def run_serve(opts: dict, serve: ServeOptions) -> None:
         sock = bind_socket(serve.host, serve.port)  # before the model loads: a taken port fails at once
     engine, peaks = call_in_thread(lambda: (build_engine(setup), load_peaks(setup)))
     session = setup.open_session(engine, peaks)
-    model = ServedModel(serve.served_model_name or setup.config.model.name, setup.config)
+    model = ServedModel(serve.served_model_name or setup.config.model.name, setup.config, setup.tokenizer)
     metrics = VllmMetrics(setup.config, model.name)
     session.listeners.append(metrics)
     if serve.headless:
