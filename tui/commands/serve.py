@@ -48,7 +48,7 @@ def run_serve(opts: dict, serve: ServeOptions) -> None:
                                         spec=dataclasses.replace(setup.spec, path="none", auto_pace=False))
         sock = bind_socket(serve.host, serve.port)  # before the model loads: a taken port fails at once
     engine, peaks = call_in_thread(lambda: (build_engine(setup), load_peaks(setup)))
-    session = setup.open_session(engine, peaks)
+    session = setup.open_session(engine, peaks, show_text=not serve.headless)  # the dashboard shows text
     model = ServedModel(serve.served_model_name or setup.config.model.name, setup.config, setup.tokenizer)
     metrics = VllmMetrics(setup.config, model.name)
     session.listeners.append(metrics)
