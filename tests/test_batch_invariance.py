@@ -37,10 +37,10 @@ def capture_logits(engine: Engine) -> dict[str, list[torch.Tensor]]:
     seen: dict[str, list[torch.Tensor]] = {}
     sample = engine.runner.sampler.sample
 
-    def recording(logits, seqs):
+    def recording(logits, seqs, *rest):
         for row, seq in zip(logits, seqs):
             seen.setdefault(seq.id, []).append(row.clone())
-        return sample(logits, seqs)
+        return sample(logits, seqs, *rest)
 
     engine.runner.sampler.sample = recording
     return seen

@@ -120,7 +120,7 @@ class ModelRunner:
         """One forward over the whole batch, then one sampled token per completed sequence."""
         logits = self.model(batch.input_ids, batch.positions, batch.attention, batch.logits_rows)
         n = len(batch.sampled_seqs)
-        tokens = self.sampler.sample(logits[:n], batch.sampled_seqs) if n else []
+        tokens = self.sampler.sample(logits[:n], batch.sampled_seqs).tolist() if n else []
         return list(zip(batch.sampled_seqs, tokens))
 
     def _tensor(self, values: list) -> torch.Tensor:
