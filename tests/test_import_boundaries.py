@@ -74,3 +74,11 @@ def test_nothing_imports_the_top_level_folders_by_their_bare_names():
              for p in (ROOT / folder).rglob("*.py")]
     assert len(files) > 50
     assert [hit for p in files for hit in bare_imports(p)] == []
+
+
+def test_the_headless_attach_path_never_imports_textual():
+    import batchtop.core_engine.attach as attach
+    modules = ["batchtop.tui.cli", "batchtop.tui.commands.attach", "batchtop.tui.commands.attach_replay",
+               "batchtop.tui.commands.replay", *all_modules(attach)]
+    assert "batchtop.core_engine.attach.scrape" in modules
+    assert loaded_after_importing(modules, ("textual",)) == []

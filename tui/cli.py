@@ -139,3 +139,35 @@ def export_checkpoint(out_dir: str, model: str, seed: int, dtype: str) -> None:
     """
     from batchtop.tui.commands.export import run_export
     run_export(out_dir, model, seed, dtype)
+
+
+@main.command(context_settings=CONTEXT)
+@click.argument("urls", nargs=-1, required=True, metavar="URL [URL ...]")
+@click.option("--interval", type=click.FloatRange(min=0.05, max=3600), default=1.0, show_default=True,
+              help="Seconds between scrapes of every URL.")
+@click.option("--window", type=click.FloatRange(min=1), default=30.0, show_default=True,
+              help="Seconds of histogram buckets behind each percentile on screen (headless: the whole run).")
+@click.option("--timeout", type=click.FloatRange(min=0.01), default=None,
+              help="Seconds a scrape may take before its replica is STALE. [default: 0.8 x --interval]")
+@click.option("--record", type=str, default=None, metavar="FILE",
+              help="Record every scrape as a trace (\"source\": \"attach\"); `batchtop replay FILE` plays it.")
+@click.option("--headless", is_flag=True, help="No screen: watch for --duration seconds, write batchtop.attach/1 JSON.")
+@click.option("--duration", type=click.FloatRange(min=0), default=None, metavar="S", help="--headless: seconds to watch.")
+@click.option("-o", "--output", type=str, default=None, metavar="FILE", help="--headless: JSON file (default stdout).")
+@click.option("--max-num-seqs", type=click.IntRange(min=1), default=None,
+              help="The servers' slot ceiling, when they do not expose it (vLLM and SGLang do not).")
+@click.option("--device", type=str, default=None, metavar="NAME",
+              help="The servers' GPU for the roofs (h200, h100, a100, l4, ... or cpu). [default: NVML on this host]")
+@click.option("--model", type=str, default=None, metavar="PRESET|DIR",
+              help="The served model's dims: estimates the roofline point when the server has no FLOP counters.")
+@click.option("--dtype", type=click.Choice(["bfloat16", "float16", "float32"]), default="bfloat16", show_default=True,
+              help="The served weights' dtype, for the estimate and the roofs.")
+@click.option("--theme", type=click.Choice(["dark", "light", "colourblind"]), default="dark", show_default=True)
+def attach(urls: tuple[str, ...], theme: str, **opts) -> None:
+    """Watch live vLLM, SGLang or batchtop servers through their /metrics.
+
+    URL is a server's base URL (/metrics is appended); several URLs are data-parallel replicas, shown
+    one row each with their aggregate and the replica that is out of line. Keys: p screenshot, t theme, q quit.
+    """
+    from batchtop.tui.commands.attach import AttachOptions, run_attach
+    run_attach(urls, AttachOptions(**opts, theme=f"batchtop-{theme}"))

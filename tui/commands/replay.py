@@ -32,6 +32,9 @@ def replay_metrics(trace: Trace) -> dict:
 def run_replay(path: str, *, headless: bool, output: str | None, speed: float, theme: str) -> None:
     with bad_input_exits():
         trace = read_trace(path)
+        if trace.header.get("source") == "attach":  # from `batchtop attach --record`: its own panels
+            from batchtop.tui.commands.attach_replay import run_attach_replay
+            return run_attach_replay(trace, headless=headless, output=output, speed=speed, theme=theme)
         check_writable(output)
         config = config_from_dict(trace.header["config"])
     for warning in trace.warnings:

@@ -1,0 +1,107 @@
+"""`batchtop attach --record FILE`: every scrape of every replica into a batchtop.trace file whose
+header says `"source": "attach"`, and back: a replay feeds the recorded scrapes to a Monitor, so it
+recomputes every rate, percentile and roofline point exactly as the live session did.
+
+Lines are written whole and flushed per tick (gzip when the name ends in .gz, sync-flushed so a
+reader sees every complete line), fsynced on close; reading goes through the trace reader.
+"""
+
+from __future__ import annotations
+
+import datetime
+import gzip
+import io
+import json
+import os
+import zlib
+from collections.abc import Iterator
+
+from batchtop.core_engine.attach.roofline_point import ModelEstimate
+from batchtop.core_engine.attach.sample import ReplicaSample
+from batchtop.core_engine.attach.scrape import ScrapeResult
+from batchtop.core_engine.config import ModelConfig
+from batchtop.core_engine.session.trace import TRACE_FORMAT, TRACE_VERSION, Trace, TraceError
+
+SOURCE = "attach"
+
+
+class AttachRecorder:
+    def __init__(self, path: str, header: dict) -> None:
+        self.path = path
+        self._raw = open(path, "wb")
+        self._gz = gzip.GzipFile(fileobj=self._raw, mode="wb", mtime=0) if str(path).endswith(".gz") else None
+        self._out = io.TextIOWrapper(self._gz or self._raw, encoding="utf-8", newline="\n", write_through=True)
+        self._seq = 0
+        self.closed = False
+        self._write({"type": "header", "format": TRACE_FORMAT, "version": TRACE_VERSION, "source": SOURCE,
+                     "start_time": datetime.datetime.now(datetime.timezone.utc).isoformat(), **header}, t=0.0)
+        self._flush()
+
+    def _write(self, event: dict, t: float) -> None:
+        line = json.dumps({"seq": self._seq, "t": round(t, 6), **event}, separators=(",", ":"))
+        self._out.write(line + "\n")
+        self._seq += 1
+
+    def _flush(self, sync: bool = False) -> None:
+        self._out.flush()
+        if self._gz is not None:
+            self._gz.flush(zlib.Z_SYNC_FLUSH)
+        self._raw.flush()
+        if sync:
+            os.fsync(self._raw.fileno())
+
+    def tick(self, tick: int, t: float, results: list[ScrapeResult]) -> None:
+        for replica, r in enumerate(results):
+            self._write({"type": "scrape", "tick": tick, "replica": replica, "status": r.status, "reason": r.reason,
+                         "latency_s": round(r.latency_s, 6),
+                         "sample": r.sample.as_dict() if r.sample is not None else None}, t=t)
+        self._flush()
+
+    def close(self, t: float, reason: str = "finished") -> None:
+        if self.closed:
+            return
+        self._write({"type": "end", "reason": reason}, t=t)
+        self._flush(sync=True)
+        self._out.close()
+        if self._gz is not None:
+            self._raw.close()
+        self.closed = True
+
+
+def attach_header(urls: list[str], interval_s: float, window_s: float, max_num_seqs: int | None,
+                  estimate: ModelEstimate | None, peaks: dict | None) -> dict:
+    return {"urls": urls, "interval_s": interval_s, "window_s": window_s, "max_num_seqs": max_num_seqs,
+            "estimate": None if estimate is None else {"model": estimate.model.as_dict(), "dtype": estimate.dtype},
+            "peaks": peaks}
+
+
+def header_estimate(header: dict) -> ModelEstimate | None:
+    data = header.get("estimate")
+    return None if not data else ModelEstimate(ModelConfig.from_dict(data["model"]), data["dtype"])
+
+
+def recorded_ticks(trace: Trace) -> Iterator[tuple[float, list[ScrapeResult]]]:
+    """(t, one result per replica) for every recorded tick, in order; a tick cut short by a crash is
+    skipped, and a replica index the header does not list is refused, naming the event."""
+    num = len(trace.header.get("urls") or [])
+    if num == 0:
+        raise TraceError(f"{trace.path}: an attach trace without urls in its header")
+    tick, t, results = None, 0.0, [None] * num
+    for event in trace.events:
+        if event.get("type") != "scrape":
+            continue
+        try:
+            replica = int(event["replica"])
+            if not 0 <= replica < num:
+                raise ValueError(f"replica {replica} of {num}")
+            sample = ReplicaSample.from_dict(event["sample"]) if event.get("sample") else None
+            result = ScrapeResult(event["status"], event.get("reason"), sample, float(event.get("latency_s", 0)))
+        except (KeyError, ValueError, TypeError) as exc:
+            raise TraceError(f"{trace.path}: event seq {event.get('seq')}: bad scrape ({exc})") from None
+        if event.get("tick") != tick:
+            if tick is not None and all(r is not None for r in results):
+                yield t, results
+            tick, t, results = event.get("tick"), float(event["t"]), [None] * num
+        results[replica] = result
+    if tick is not None and all(r is not None for r in results):
+        yield t, results

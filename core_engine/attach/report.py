@@ -1,0 +1,42 @@
+"""The batchtop.attach/1 JSON: per replica and for the aggregate, the numbers the panels show."""
+
+from __future__ import annotations
+
+from batchtop.core_engine.attach.monitor import AttachFrame, Monitor
+from batchtop.core_engine.attach.stats import ReplicaStats
+from batchtop.core_engine.measure.device_peaks import DevicePeaks
+
+SCHEMA = "batchtop.attach/1"
+
+
+def stats_doc(s: ReplicaStats, peaks: DevicePeaks | None) -> dict:
+    return {
+        "url": s.name, "status": s.status, "reason": s.reason, "flavour": s.flavour, "model_name": s.model_name,
+        "running": s.running, "waiting": s.waiting, "waiting_by_reason": s.waiting_by_reason,
+        "kv_usage": s.kv_usage, "num_gpu_blocks": s.num_gpu_blocks,
+        "max_num_seqs": s.max_num_seqs, "max_num_seqs_source": s.max_num_seqs_source, "mode": s.mode,
+        "rates_per_s": s.rates, "window_rates_per_s": s.window_rates, "tokens_per_step": s.tokens_per_step,
+        "latency_s": s.latency, "window_s": s.window_s, "finished": s.finished, "success_rate": s.success_rate,
+        "roofline": None if s.point is None else s.point.as_dict(peaks), "roofline_note": s.point_note,
+        "counter_resets": s.resets,
+    }
+
+
+def attach_report(monitor: Monitor, frame: AttachFrame, *, interval_s: float, peaks: DevicePeaks | None,
+                  peaks_note: str, complete: bool, replayed_from: str | None = None) -> dict:
+    replicas = []
+    for stats, window in zip(frame.replicas, monitor.windows):
+        doc = stats_doc(stats, peaks)
+        doc["health"] = dict(window.status_counts)
+        replicas.append(doc)
+    doc = {
+        "schema": SCHEMA, "complete": complete, "urls": monitor.urls, "interval_s": interval_s,
+        "window_s": monitor.windows[0].window_s if monitor.windows else None, "duration_s": frame.t,
+        "ticks": frame.tick,
+        "device": {"peaks": peaks.as_dict() if peaks is not None else None, "source": peaks_note},
+        "replicas": replicas, "aggregate": stats_doc(frame.aggregate, peaks),
+        "imbalance": [b.as_dict() | {"line": b.line()} for b in frame.imbalances],
+    }
+    if replayed_from is not None:
+        doc["replayed_from"] = replayed_from
+    return doc

@@ -1,0 +1,96 @@
+"""attach against a real `batchtop serve` (tiny preset, in-process, ephemeral port) running a workload:
+it sees the requests run, the tokens advance, and percentiles that agree with the engine's own
+metrics within the resolution of the histogram buckets; a recording replays to the same numbers."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import time
+
+from click.testing import CliRunner
+
+from batchtop.core_engine.attach.monitor import LivePoller, Monitor
+from batchtop.core_engine.attach.record import AttachRecorder, attach_header
+from batchtop.core_engine.attach.scrape import LIVE
+from batchtop.core_engine.measure.metrics import MetricsCollector, percentiles
+from batchtop.tui.cli import main
+from tests.conftest import make_requests, tiny_config
+from tests.serving import serving, wait_idle
+
+
+class EngineMetrics(MetricsCollector):
+    """The engine's own metrics, as a Session listener."""
+
+    def closed(self, reason: str, error: str | None) -> None:
+        pass
+
+
+def same_or_next_bucket(hist, exact: float, estimate: float) -> bool:
+    bounds = list(hist.bounds)
+    i, j = bounds.index(hist.bucket_of(exact)[1]), bounds.index(hist.bucket_of(estimate)[1])
+    return abs(i - j) <= 1  # interpolation rules differ; a bucket apart at most
+
+
+def test_attach_follows_a_busy_batchtop_server_and_agrees_with_the_engine(tmp_path):
+    workload = [dataclasses.replace(r, arrival_s=0.3 + 0.01 * i)
+                for i, r in enumerate(make_requests(48, seed=5, prompt=(4, 24), output=(24, 64)))]
+    collector = EngineMetrics()
+    trace = tmp_path / "attach.jsonl"
+    with serving(tiny_config(max_num_seqs=4, num_kv_blocks=256), workload=workload) as server:
+        server.loop.session.listeners.append(collector)  # before the first arrival at 0.3 s
+        poller = LivePoller([server.url], interval_s=0.1, timeout_s=2.0)
+        monitor = Monitor([server.url], window_s=600)
+        recorder = AttachRecorder(str(trace), attach_header([server.url], 0.1, 600, None, None, None))
+        frames = []
+        try:
+            deadline = time.monotonic() + 60
+            while time.monotonic() < deadline:
+                results, t = poller.poll()
+                frames.append(monitor.feed(results, t))
+                recorder.tick(frames[-1].tick, t, results)
+                if server.engine.is_done() and server.engine.counters.completed == len(workload) \
+                        and frames[-1].replicas[0].running == 0 and len(frames) > 3:
+                    break
+                time.sleep(0.05)
+            wait_idle(server)
+            results, t = poller.poll()  # one scrape after the last finish
+            frames.append(monitor.feed(results, t))
+            recorder.tick(frames[-1].tick, t, results)
+        finally:
+            poller.close()
+            recorder.close(frames[-1].t if frames else 0.0)
+        counters = server.engine.counters
+    stats = [f.replicas[0] for f in frames]
+    assert all(s.status == LIVE and s.flavour == "batchtop" for s in stats)
+    assert max(s.running for s in stats) > 0 and stats[0].max_num_seqs == 4
+    assert max(s.running for s in stats) <= 4 and max(s.waiting for s in stats) > 0
+    generated = [s.rates.get("generation_tokens", 0) for s in stats]
+    assert max(generated) > 0 and min(generated) >= 0
+    final = stats[-1]
+    # the window spans the whole run: its deltas are the engine's own counters
+    window = monitor.windows[0].window()
+    assert window.totals["generation_tokens"] == counters.generated_tokens
+    assert window.totals["prompt_tokens"] == counters.prompt_tokens
+    assert sum(final.finished.values()) == len(workload) and final.success_rate == 1.0
+    assert final.point is None or final.point.source == "measured"
+    assert any(s.point is not None and s.point.source == "measured" and s.point.intensity > 0 for s in stats)
+    exact_ttft = [f.ttft_s for f in collector.finished]
+    exact_e2e = [f.e2e_s for f in collector.finished]
+    assert len(exact_ttft) == len(workload)
+    for name, values in (("ttft", exact_ttft), ("e2e", exact_e2e)):
+        hist = window.histograms[name]
+        assert hist.count == len(workload)
+        want = percentiles(values, (50, 99))
+        for q, key in ((0.50, "p50"), (0.99, "p99")):
+            got = final.latency[name][key]
+            assert same_or_next_bucket(hist, want[key], got), (name, key, want[key], got, hist)
+
+    result = CliRunner().invoke(main, ["replay", str(trace), "--headless", "-o", str(tmp_path / "r.json")])
+    assert result.exit_code == 0, result.output
+    replayed = json.loads((tmp_path / "r.json").read_text())
+    assert replayed["schema"] == "batchtop.attach/1" and replayed["replayed_from"] == str(trace)
+    r = replayed["replicas"][0]
+    assert r["latency_s"]["ttft"]["p50"] == final.latency["ttft"]["p50"]
+    assert r["window_rates_per_s"]["generation_tokens"] == final.window_rates["generation_tokens"]
+    assert r["finished"] == final.finished and replayed["ticks"] == len(frames)
