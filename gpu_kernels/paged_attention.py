@@ -56,7 +56,7 @@ def paged_decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torc
     """
     b, nh, hd = q.shape
     kvh = k_cache.shape[2]
-    blocks = block_tables.view(-1)  # index_select: several times faster than advanced indexing here
+    blocks = block_tables.reshape(-1)  # index_select: several times faster than advanced indexing here
     k = k_cache.index_select(0, blocks).view(b, -1, kvh, hd).transpose(1, 2)  # (B, kvh, L, hd)
     v = v_cache.index_select(0, blocks).view(b, -1, kvh, hd).transpose(1, 2)
     positions = torch.arange(k.shape[2], device=q.device)

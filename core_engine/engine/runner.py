@@ -11,7 +11,8 @@ from batchtop.core_engine.device import DTYPES
 from batchtop.core_engine.model.checkpoint import load_model
 from batchtop.core_engine.model.llama import AttentionBatch, PrefillChunk, build_model
 from batchtop.core_engine.engine.request import Sequence
-from batchtop.core_engine.engine.sampler import Sampler
+from batchtop.core_engine.engine.input_buffers import DecodeTables, StagedInputs
+from batchtop.core_engine.engine.sampler import MASK32, Sampler, SamplingBatch, request_seed
 from batchtop.core_engine.engine.scheduler import SchedulerOutput
 
 PAD_TOKEN_ID = 0  # what a static batch's prompt padding feeds; its outputs are never read
@@ -24,6 +25,7 @@ class PreparedBatch:
     attention: AttentionBatch
     logits_rows: torch.Tensor  # rows that reach the lm_head: the S sampled ones first, then padding
     sampled_seqs: list[Sequence]  # the S sampled sequences, in row order
+    sampling: SamplingBatch | None = None  # their parameters on the device; None: all greedy
 
 
 class ModelRunner:
@@ -42,15 +44,19 @@ class ModelRunner:
         self.kv_caches = [(torch.zeros(shape, dtype=self.dtype, device=self.device),
                            torch.zeros(shape, dtype=self.dtype, device=self.device))
                           for _ in range(m.num_hidden_layers)]
-        self._scratch_table = self._tensor([self.scratch_block])
+        self._scratch_table = torch.tensor([self.scratch_block], dtype=torch.long, device=self.device)
         self.sampler = Sampler(config.seed, config.device)
+        self.staged = StagedInputs(self.device, 4 * (config.max_num_batched_tokens + config.max_num_seqs) + 1024)
+        max_blocks = min(-(-config.max_model_len // config.block_size), config.num_kv_blocks)
+        self.decode_tables = DecodeTables(self.device, config.max_num_seqs, max_blocks, self.scratch_block)
 
     def _slot(self, seq: Sequence, pos: int) -> int:
         return seq.block_table[pos // self.block_size] * self.block_size + pos % self.block_size
 
     def prepare(self, plan: SchedulerOutput) -> PreparedBatch:
         """Flatten the plan: one-token rows (decodes, then padding) first, then prompt padding and
-        prefill chunks."""
+        prefill chunks; stage it all and send it to the device in one copy."""
+        bs, scratch = self.block_size, self.scratch_block * self.block_size
         ids: list[int] = []
         pos: list[int] = []
         slots: list[int] = []
@@ -69,7 +75,7 @@ class ModelRunner:
             sampled.append(seq)
             ids.append(seq.token_ids[p])
             pos.append(p)
-            slots.append(self._slot(seq, p))
+            slots.append(seq.block_table[p // bs] * bs + p % bs)
             tables.append(seq.block_table)
             ctx_lens.append(p + 1)
         padding_rows: list[int] = []
@@ -80,48 +86,79 @@ class ModelRunner:
             padding_rows.append(len(ids))
             ids.append(seq.token_ids[-1])
             pos.append(p)
-            slots.append(self.scratch_block * self.block_size)
+            slots.append(scratch)
             tables.append(seq.block_table)
             ctx_lens.append(p)
         num_decode_rows = len(ids)
 
-        chunks: list[PrefillChunk] = []
+        staged = self.staged
+        staged.begin()
+        chunk_specs: list[tuple[int, int, int, tuple[int, int]]] = []
         for _, n in plan.prompt_padding:
             # A static batch's left padding: pad tokens at positions 0..n-1, computed through every
             # layer (attending only to each other, as a padding mask leaves them) and thrown away;
             # their K/V goes to scratch, so the member's own cache holds exactly its prompt.
-            chunks.append(PrefillChunk(len(ids), n, 0, self._scratch_table))
+            chunk_specs.append((len(ids), n, 0, self._scratch_table))
             ids.extend([PAD_TOKEN_ID] * n)
             pos.extend(range(n))
-            slots.extend(self.scratch_block * self.block_size + p % self.block_size for p in range(n))
+            slots.extend(scratch + p % bs for p in range(n))
         for seq, n in prefill_plan:
             start = seq.num_computed_tokens
-            chunks.append(PrefillChunk(len(ids), n, start, self._tensor(seq.block_table)))
+            chunk_specs.append((len(ids), n, start, staged.put(seq.block_table)))
             ids.extend(seq.token_ids[start:start + n])
             pos.extend(range(start, start + n))
-            slots.extend(self._slot(seq, p) for p in range(start, start + n))
+            table = seq.block_table
+            slots.extend(table[p // bs] * bs + p % bs for p in range(start, start + n))
             if start + n == seq.num_tokens:  # the chunk completes the prompt: sample from its last row
                 logits_rows.append(len(ids) - 1)
                 sampled.append(seq)
-
         logits_rows += padding_rows  # computed and thrown away, after the rows that are sampled
+
+        r_ids, r_pos, r_slots, r_rows = staged.put(ids), staged.put(pos), staged.put(slots), staged.put(logits_rows)
+        r_ctx = staged.put(ctx_lens) if num_decode_rows else None
+        change = self.decode_tables.stage_changes(staged, tables) if num_decode_rows else None
+        r_sampling = self._stage_sampling(sampled)
+        staged.commit()
+
         block_tables = context_lens = None
         if num_decode_rows:
+            self.decode_tables.apply(staged, change)
             width = max(len(t) for t in tables)
-            padded = [t + [self.scratch_block] * (width - len(t)) for t in tables]
-            block_tables = self._tensor(padded)
-            context_lens = self._tensor(ctx_lens)
-        attention = AttentionBatch(self.kv_caches, self._tensor(slots), num_decode_rows, block_tables,
+            block_tables = self.decode_tables.table[:num_decode_rows, :width]
+            context_lens = staged.view(r_ctx)
+        chunks = [PrefillChunk(row, n, start, table if isinstance(table, torch.Tensor) else staged.view(table))
+                  for row, n, start, table in chunk_specs]
+        attention = AttentionBatch(self.kv_caches, staged.view(r_slots), num_decode_rows, block_tables,
                                    context_lens, chunks)
-        return PreparedBatch(self._tensor(ids), self._tensor(pos), attention, self._tensor(logits_rows),
-                             sampled)
+        positions = staged.view(r_pos)
+        rows = staged.view(r_rows)
+        return PreparedBatch(staged.view(r_ids), positions, attention, rows, sampled,
+                             self._sampling_batch(r_sampling, positions, rows, len(sampled)))
+
+    def _stage_sampling(self, sampled: list[Sequence]) -> tuple | None:
+        """Per-row temperature, top-p and seed, staged only when some row is not greedy."""
+        params = [s.request.sampling for s in sampled]
+        if all(p.greedy for p in params):
+            return None
+        seeds = [request_seed(s, self.config.seed) for s in sampled]
+        return (self.staged.put_floats([p.temperature for p in params]),
+                self.staged.put_floats([p.top_p for p in params]),
+                self.staged.put([x & MASK32 for x in seeds]), self.staged.put([x >> 32 for x in seeds]),
+                any(not p.greedy and p.top_p < 1.0 for p in params))
+
+    def _sampling_batch(self, staged: tuple | None, positions: torch.Tensor, rows: torch.Tensor,
+                        n: int) -> SamplingBatch | None:
+        if staged is None:
+            return None
+        temp, top_p, lo, hi, any_top_p = staged
+        counter = positions[rows[:n]] + 1  # the position the sampled token will take
+        return SamplingBatch(self.staged.view_f32(temp), self.staged.view_f32(top_p), self.staged.view(lo),
+                             self.staged.view(hi), counter, True, any_top_p)
 
     def run(self, batch: PreparedBatch) -> list[tuple[Sequence, int]]:
-        """One forward over the whole batch, then one sampled token per completed sequence."""
+        """One forward over the whole batch, then one sampled token per completed sequence: the
+        step's one device-to-host read."""
         logits = self.model(batch.input_ids, batch.positions, batch.attention, batch.logits_rows)
         n = len(batch.sampled_seqs)
-        tokens = self.sampler.sample(logits[:n], batch.sampled_seqs).tolist() if n else []
+        tokens = self.sampler.sample(logits[:n], batch.sampled_seqs, batch.sampling).tolist() if n else []
         return list(zip(batch.sampled_seqs, tokens))
-
-    def _tensor(self, values: list) -> torch.Tensor:
-        return torch.tensor(values, dtype=torch.long, device=self.device)
