@@ -78,7 +78,7 @@ async def test_a_recorded_fleet_replays_in_the_attach_panels(tmp_path):
 async def test_the_live_dashboard_fills_from_a_server(tmp_path):
     state = FlakyMetrics(VLLM_T0.read_text())
     with flaky_server(state) as url:
-        setup = prepare((url,), AttachOptions(interval=0.2, device="h100", max_num_seqs=8,
+        setup = prepare((url,), AttachOptions(interval=0.3, device="h100", max_num_seqs=8,
                                               record=str(tmp_path / "live.jsonl")))
         app = AttachApp(LiveFeed(setup), setup.peaks, setup.peaks_note)
         async with app.run_test(size=(140, 44)) as pilot:

@@ -30,12 +30,12 @@ def test_each_fault_marks_only_its_replica_with_the_reason():
     good, bad = FlakyMetrics(VLLM_T0.read_text()), FlakyMetrics(VLLM_T0.read_text())
     with flaky_server(good) as good_url, flaky_server(bad) as bad_url:
         urls = [good_url, bad_url, closed_port_url()]
-        poller, monitor = LivePoller(urls, interval_s=0.5, timeout_s=0.3), Monitor(urls)
+        poller, monitor = LivePoller(urls, interval_s=1.0, timeout_s=0.6), Monitor(urls)
         try:
             frame = poll(poller, monitor)
             assert [s.status for s in frame.replicas] == [LIVE, LIVE, DOWN]
             assert "refused" in frame.replicas[2].reason.lower()
-            for mode, status, reason in (("stall", STALE, "no answer within 0.3 s"), ("error", BAD, "HTTP 500"),
+            for mode, status, reason in (("stall", STALE, "no answer within 0.6 s"), ("error", BAD, "HTTP 500"),
                                          ("garbage", BAD, "not Prometheus text")):
                 bad.mode = mode
                 good.text = VLLM_T2.read_text() if good.text == VLLM_T0.read_text() else VLLM_T0.read_text()
@@ -55,7 +55,7 @@ def test_each_fault_marks_only_its_replica_with_the_reason():
 def test_a_restart_resets_that_replicas_rates_without_negative_numbers():
     state = FlakyMetrics(VLLM_T2.read_text())
     with flaky_server(state) as url:
-        poller, monitor = LivePoller([url], interval_s=0.5, timeout_s=0.4), Monitor([url])
+        poller, monitor = LivePoller([url], interval_s=1.0, timeout_s=0.8), Monitor([url])
         try:
             poll(poller, monitor)
             state.text = VLLM_T0.read_text()  # every counter lower: the server started again
@@ -75,11 +75,11 @@ def test_headless_attach_writes_the_json_with_every_replicas_health(tmp_path):
     bad.mode = "error"
     out = tmp_path / "attach.json"
     with flaky_server(good) as good_url, flaky_server(bad) as bad_url:
-        result = CliRunner().invoke(main, ["attach", good_url, bad_url, "--headless", "--duration", "0.6",
-                                           "--interval", "0.2", "--device", "h100", "-o", str(out)])
+        result = CliRunner().invoke(main, ["attach", good_url, bad_url, "--headless", "--duration", "1.0",
+                                           "--interval", "0.5", "--device", "h100", "-o", str(out)])
     assert result.exit_code == 0, result.output
     doc = json.loads(out.read_text())
-    assert doc["schema"] == "batchtop.attach/1" and doc["complete"] is True and doc["ticks"] >= 3
+    assert doc["schema"] == "batchtop.attach/1" and doc["complete"] is True and doc["ticks"] >= 2
     first, second = doc["replicas"]
     assert first["status"] == LIVE and first["flavour"] == "vllm" and first["health"] == {LIVE: doc["ticks"]}
     assert second["status"] == BAD and second["reason"].startswith("HTTP 500")
@@ -99,3 +99,21 @@ def test_bad_options_exit_2_naming_the_option():
         result = runner.invoke(main, args)
         assert result.exit_code == 2, (args, result.output)
         assert option in result.output, (args, result.output)
+
+
+def test_sigterm_ends_a_headless_watch_with_the_json_of_what_was_seen(tmp_path):
+    import signal
+    import subprocess
+    import sys
+
+    out = tmp_path / "attach.json"
+    with flaky_server(FlakyMetrics(VLLM_T0.read_text())) as url:
+        proc = subprocess.Popen([sys.executable, "-m", "batchtop.tui", "attach", url, "--headless", "--duration", "60",
+                                 "--interval", "0.5", "--device", "h100", "-o", str(out)],
+                                stderr=subprocess.PIPE, text=True)
+        assert "attaching to" in proc.stderr.readline()
+        time.sleep(1.0)
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=20) == 143
+    doc = json.loads(out.read_text())
+    assert doc["complete"] is False and doc["ticks"] >= 2 and doc["replicas"][0]["status"] == LIVE

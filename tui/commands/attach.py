@@ -96,8 +96,12 @@ def progress_line(frame: AttachFrame) -> str:
             f"{m.waiting or 0:.0f} gen {rate or 0:.0f} tok/s ")
 
 
-def _interrupt(*_) -> None:
-    raise KeyboardInterrupt  # SIGTERM ends the watch as Ctrl-C does: the JSON of what was seen
+class _Terminated(KeyboardInterrupt):
+    """SIGTERM ends the watch as Ctrl-C does (the JSON of what was seen), with its own exit code."""
+
+
+def _terminate(*_) -> None:
+    raise _Terminated
 
 
 def run_headless(setup: AttachSetup) -> int:
@@ -109,7 +113,8 @@ def run_headless(setup: AttachSetup) -> int:
     frame = monitor.frame()
     complete = False
     tty = sys.stderr.isatty()
-    previous = signal.signal(signal.SIGTERM, _interrupt)
+    previous = signal.signal(signal.SIGTERM, _terminate)
+    exit_code = 130
     try:
         while True:
             results, t = poller.poll()
@@ -124,8 +129,8 @@ def run_headless(setup: AttachSetup) -> int:
                 break
             next_tick = frame.tick * opts.interval
             time.sleep(max(0.0, min(next_tick, opts.duration) - (poller.clock() - poller.t0)))
-    except KeyboardInterrupt:
-        pass
+    except KeyboardInterrupt as exc:
+        exit_code = 143 if isinstance(exc, _Terminated) else 130
     finally:
         signal.signal(signal.SIGTERM, previous)
         poller.close()
@@ -138,7 +143,7 @@ def run_headless(setup: AttachSetup) -> int:
     for s in frame.replicas:
         if s.status != "LIVE":
             note(f"{s.name}: {s.status}: {s.reason}")
-    return 0 if complete else 130
+    return 0 if complete else exit_code
 
 
 def run_attach(urls: tuple[str, ...], opts: AttachOptions) -> None:
