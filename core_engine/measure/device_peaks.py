@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 import time
 from dataclasses import asdict, dataclass
@@ -116,9 +117,11 @@ def device_peaks(device: str, dtype: str, *, use_cache: bool = True) -> DevicePe
     if use_cache and path.is_file():
         try:
             data = json.loads(path.read_text(encoding="utf-8"))
-            return DevicePeaks(data["device_name"], data["peak_flops"], data["peak_bytes_per_s"],
-                               data["source"] + " (cached)")
-        except (OSError, ValueError, KeyError):
+            flops, bandwidth = float(data["peak_flops"]), float(data["peak_bytes_per_s"])
+            if not (0 < flops < math.inf and 0 < bandwidth < math.inf):  # NaN fails both
+                raise ValueError(f"unusable cached peaks {flops}, {bandwidth}")
+            return DevicePeaks(str(data["device_name"]), flops, bandwidth, str(data["source"]) + " (cached)")
+        except (OSError, ValueError, KeyError, TypeError):
             pass  # a broken cache is measured again
     peaks = measure_peaks(device, dtype)
     if use_cache:

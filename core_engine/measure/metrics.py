@@ -26,6 +26,10 @@ def percentiles(values: list[float], qs: tuple[int, ...] = (50, 90, 99)) -> dict
     return out
 
 
+def _mean(values: list[float]) -> float | None:
+    return sum(values) / len(values) if values else None
+
+
 class MetricsCollector:
     """Accumulates per-step facts; summary() renders the batchtop.metrics/1 document."""
 
@@ -90,7 +94,7 @@ class MetricsCollector:
                 "intensity_mean": sum(p[0] for p in points) / n if n else None,
                 "achieved_flops_mean": sum(p[1] for p in points) / n if n else None,
                 "achieved_bytes_per_s_mean": sum(p[2] for p in points) / n if n else None,
-                "fraction_of_roof_mean": sum(p[1] / peaks.roof(p[0]) for p in points) / n if n else None,
+                "fraction_of_roof_mean": _mean([p[1] / peaks.roof(p[0]) for p in points if peaks.roof(p[0]) > 0]),
             }
         return out
 

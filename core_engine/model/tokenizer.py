@@ -107,7 +107,10 @@ class Tokenizer:
             named = {t.get("name"): t.get("template") for t in template if isinstance(t, dict)}
             template = named.get("default")
         if (d / CHAT_TEMPLATE_FILE).is_file():
-            template = (d / CHAT_TEMPLATE_FILE).read_text(encoding="utf-8")
+            try:
+                template = (d / CHAT_TEMPLATE_FILE).read_text(encoding="utf-8")
+            except (OSError, UnicodeDecodeError) as exc:
+                raise BadInput(f"{d / CHAT_TEMPLATE_FILE}: cannot read ({exc})") from None
         model_config = d / "config.json"
         eos = eos_token_ids(d, read_json(model_config) if model_config.is_file() else {})
         eos_text = _token_text(config.get("eos_token"))

@@ -10,7 +10,7 @@ A script is a JSON (or, with PyYAML installed, YAML) list of actions, or {"actio
 
 from __future__ import annotations
 
-import json
+import math
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -18,6 +18,7 @@ from batchtop.core_engine.engine import control
 from batchtop.core_engine.config import MODES
 from batchtop.core_engine.engine.validation import MAX_NUM_SEQS_LIMIT
 from batchtop.core_engine.errors import WorkloadError
+from batchtop.core_engine.session.text_files import NotText, parse_json, read_text_file
 
 ACTION_KEYS = {"at", "mode", "max_num_seqs", "burst", "caption", "quit"}
 
@@ -48,7 +49,10 @@ def load_script(path: str, bundled_dir: Path | None = None) -> list[ScriptAction
         p = bundled_dir / f"{path}.json"
     if not p.is_file():
         raise WorkloadError(path, "no such script file")
-    text = p.read_text(encoding="utf-8")
+    try:
+        text = read_text_file(p)
+    except NotText as exc:
+        raise WorkloadError(path, exc.message, exc.line) from None
     if p.suffix.lower() in (".yaml", ".yml"):
         try:
             import yaml
@@ -60,9 +64,9 @@ def load_script(path: str, bundled_dir: Path | None = None) -> list[ScriptAction
             raise WorkloadError(path, f"not YAML: {exc}") from None
     else:
         try:
-            data = json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise WorkloadError(path, f"not JSON ({exc.msg})", exc.lineno) from None
+            data = parse_json(text)
+        except NotText as exc:
+            raise WorkloadError(path, exc.message, exc.line) from None
     if isinstance(data, dict):
         data = data.get("actions")
     if not isinstance(data, list) or not data:
@@ -81,7 +85,7 @@ def _action(path: str, number: int, item: object) -> ScriptAction:
     if unknown:
         raise bad(f"unknown key(s) {', '.join(sorted(unknown))} (known: {', '.join(sorted(ACTION_KEYS))})")
     at = item.get("at")
-    if not isinstance(at, (int, float)) or isinstance(at, bool) or at < 0:
+    if not isinstance(at, (int, float)) or isinstance(at, bool) or not math.isfinite(at) or at < 0:
         raise bad(f"'at' must be seconds >= 0, got {at!r}")
     mode = item.get("mode")
     if mode is not None and mode not in MODES:

@@ -8,11 +8,9 @@ skipped, as vLLM's benchmark skips it; anything not shaped like the format is re
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
-
 from batchtop.core_engine.errors import WorkloadError
 from batchtop.core_engine.model.tokenizer import Tokenizer
+from batchtop.core_engine.session.text_files import NotText, parse_json
 
 HUMAN = ("human", "user")
 ANSWER = ("gpt", "assistant", "chatgpt")
@@ -30,27 +28,27 @@ def first_exchange(turns: list, error) -> tuple[str, str] | None:
     return None
 
 
-def read_sharegpt(path: Path, tokenizer: Tokenizer | None,
+def read_sharegpt(path: str, text: str, tokenizer: Tokenizer | None,
                   limit: int | None = None) -> list[tuple[str, tuple[int, ...], int]]:
-    """(request id, prompt token ids, max_tokens) for the first `limit` usable conversations."""
+    """(request id, prompt token ids, max_tokens) for the first `limit` usable conversations of the
+    dataset `text` (the file at `path`, already read as UTF-8)."""
     if tokenizer is None:
-        raise WorkloadError(str(path), "a ShareGPT dataset is text and needs a tokenizer: run with --model DIR "
-                                       "(a model directory with a tokenizer.json)")
+        raise WorkloadError(path, "a ShareGPT dataset is text and needs a tokenizer: run with --model DIR "
+                                  "(a model directory with a tokenizer.json)")
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError) as exc:
-        raise WorkloadError(str(path), f"cannot read: {exc}") from None
-    except json.JSONDecodeError as exc:
-        raise WorkloadError(str(path), f"not JSON ({exc.msg})", exc.lineno) from None
+        data = parse_json(text)
+    except NotText as exc:
+        hint = " (a JSON Lines workload, one request per line, is named .jsonl)" if "Extra data" in exc.message else ""
+        raise WorkloadError(path, exc.message + hint, exc.line) from None
     if not isinstance(data, list):
-        raise WorkloadError(str(path), 'a ShareGPT dataset is a JSON list of {"conversations": [...]} objects')
+        raise WorkloadError(path, 'a ShareGPT dataset is a JSON list of {"conversations": [...]} objects')
     out: list[tuple[str, tuple[int, ...], int]] = []
     for i, entry in enumerate(data):
         if limit is not None and len(out) >= limit:
             break
 
         def error(message: str, i: int = i) -> WorkloadError:
-            return WorkloadError(str(path), f"entry [{i}]: {message}")
+            return WorkloadError(path, f"entry [{i}]: {message}")
 
         turns = entry.get("conversations") if isinstance(entry, dict) else None
         if not isinstance(turns, list):
@@ -63,5 +61,5 @@ def read_sharegpt(path: Path, tokenizer: Tokenizer | None,
         if exchange[0] and max_tokens:
             out.append((f"sg{i}", tuple(prompt_ids), max_tokens))
     if not out:
-        raise WorkloadError(str(path), "no conversation has a human turn followed by an answer")
+        raise WorkloadError(path, "no conversation has a human turn followed by an answer")
     return out

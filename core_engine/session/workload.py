@@ -1,5 +1,6 @@
-"""Workloads: synthetic generators, JSON Lines workload files, Azure LLM inference trace CSVs and
-ShareGPT conversation datasets (session/sharegpt.py).
+"""Workloads: synthetic generators and workload files (JSON Lines: session/workload_jsonl.py, Azure
+LLM inference trace CSVs: session/azure_csv.py, ShareGPT conversation datasets: session/sharegpt.py),
+read as UTF-8 (a byte order mark is fine) and told apart by suffix, else by their first character.
 
 Every loader returns plain Requests sorted by arrival. Lengths given as numbers get random prompt
 token ids from a seeded generator, so the same options always give the same workload; text prompts
@@ -8,24 +9,30 @@ go through the model's tokenizer.
 
 from __future__ import annotations
 
-import csv
-import json
 import math
 import random
+import sys
+from collections.abc import Sequence as SequenceABC
 from dataclasses import dataclass
-from datetime import datetime
+from fractions import Fraction
 from pathlib import Path
 
-from batchtop.core_engine.errors import ConfigError, WorkloadError
+from batchtop.core_engine.config import EngineConfig
 from batchtop.core_engine.engine.request import Request, SamplingParams
+from batchtop.core_engine.engine.validation import check_fits
+from batchtop.core_engine.errors import ConfigError, UnservableRequest, WorkloadError
 from batchtop.core_engine.model.tokenizer import Tokenizer
+from batchtop.core_engine.session.azure_csv import AZURE_COLUMNS, read_azure_csv
 from batchtop.core_engine.session.sharegpt import read_sharegpt
+from batchtop.core_engine.session.text_files import NotText, read_text_file
+from batchtop.core_engine.session.workload_jsonl import JSONL_FIELDS, read_jsonl
+from batchtop.core_engine.session.workload_types import RawRequest, Warn, warn_on_stderr
+
+__all__ = ["AZURE_COLUMNS", "DEFAULT_TRACE", "JSONL_FIELDS", "RawRequest", "UnbuiltPrompt", "WorkloadSpec",
+           "load_workload", "make_burst", "materialise", "read_workload_file", "synthetic", "workload_format"]
 
 DEFAULT_TRACE = Path(__file__).parent.parent / "data" / "azure_conv_sample.csv"
-AZURE_COLUMNS = ("TIMESTAMP", "ContextTokens", "GeneratedTokens")
-JSONL_FIELDS = {"id", "prompt", "prompt_len", "prompt_token_ids", "max_tokens", "arrival_s", "temperature",
-                "top_p", "seed"}
-NO_TOKENIZER = "a text prompt needs a tokenizer: run with --model DIR (a model directory with a tokenizer.json)"
+FORMATS_BY_SUFFIX = {".jsonl": "jsonl", ".ndjson": "jsonl", ".csv": "csv", ".json": "sharegpt"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,19 +58,32 @@ class WorkloadSpec:
         return self.path if self.path is not None else f"bundled:{DEFAULT_TRACE.name}"
 
 
-@dataclass(frozen=True, slots=True)
-class RawRequest:
-    """A request before scaling: lengths and arrival as the source gave them."""
+class UnbuiltPrompt(SequenceABC):
+    """The prompt of a length-only request that can never fit the engine it was loaded for: it has a
+    length but no tokens, so a billion-token prompt costs nothing. The engine refuses it on arrival
+    from its length alone (validation checks sizes before it scans token ids), as it refuses any
+    request that cannot fit; reading a token of it is a bug."""
 
-    id: str
-    prompt_len: int
-    max_tokens: int
-    arrival_s: float
-    prompt_token_ids: tuple[int, ...] | None = None
-    sampling: SamplingParams = SamplingParams()
+    __slots__ = ("length",)
+
+    def __init__(self, length: int) -> None:
+        self.length = length
+
+    def __len__(self) -> int:
+        return self.length
+
+    def __getitem__(self, index):
+        raise TypeError(f"a {self.length}-token prompt that can never fit was not built; it has no tokens")
+
+    def __repr__(self) -> str:
+        return f"UnbuiltPrompt({self.length})"
 
 
-def load_workload(spec: WorkloadSpec, vocab_size: int, tokenizer: Tokenizer | None = None) -> list[Request]:
+def load_workload(spec: WorkloadSpec, vocab_size: int, tokenizer: Tokenizer | None = None, *,
+                  config: EngineConfig | None = None, warn: Warn = warn_on_stderr) -> list[Request]:
+    """The requests of `spec`. With the engine's config, a length-only request that can never fit it
+    (max_model_len, the KV pool) gets no token list at all (see UnbuiltPrompt): the engine still
+    refuses it alone, with both numbers, and the run goes on for the others."""
     if spec.num_requests is not None and spec.num_requests < 1:
         raise ConfigError("--num-requests", f"must be >= 1, got {spec.num_requests}")
     for name in ("prompt_scale", "output_scale"):
@@ -75,149 +95,36 @@ def load_workload(spec: WorkloadSpec, vocab_size: int, tokenizer: Tokenizer | No
         raw = synthetic(spec)
     else:
         path = Path(spec.path) if spec.path is not None else DEFAULT_TRACE
-        raw = read_workload_file(path, vocab_size, tokenizer, spec.num_requests)
+        raw = read_workload_file(path, vocab_size, tokenizer, spec.num_requests, warn=warn)
         if spec.num_requests is not None:
             raw = raw[:spec.num_requests]
-    return materialise(raw, spec, vocab_size)
+    return materialise(raw, spec, vocab_size, config)
+
+
+def workload_format(path: Path, text: str) -> str:
+    """jsonl, csv or sharegpt: by the file's suffix, else by its first non-blank character."""
+    by_suffix = FORMATS_BY_SUFFIX.get(path.suffix.lower())
+    if by_suffix is not None:
+        return by_suffix
+    first = text.lstrip()[:1]
+    return {"{": "jsonl", "[": "sharegpt"}.get(first, "csv")
 
 
 def read_workload_file(path: Path, vocab_size: int, tokenizer: Tokenizer | None = None,
-                       limit: int | None = None) -> list[RawRequest]:
+                       limit: int | None = None, *, warn: Warn = warn_on_stderr) -> list[RawRequest]:
     if not path.is_file():
-        raise WorkloadError(str(path), "no such workload file")
-    if path.suffix.lower() == ".json":
-        return [RawRequest(rid, len(ids), max_tokens, 0.0, ids)
-                for rid, ids, max_tokens in read_sharegpt(path, tokenizer, limit)]
+        raise WorkloadError(str(path), "no such workload file" if not path.exists() else "not a regular file")
     try:
-        with path.open(encoding="utf-8") as f:
-            first = f.readline().lstrip()
-    except (OSError, UnicodeDecodeError) as exc:
-        raise WorkloadError(str(path), f"cannot read: {exc}") from None
-    if path.suffix.lower() == ".csv" or (first and not first.startswith("{")):
-        return read_azure_csv(path)
-    return read_jsonl(path, vocab_size, tokenizer)
-
-
-def read_jsonl(path: Path, vocab_size: int, tokenizer: Tokenizer | None = None) -> list[RawRequest]:
-    out: list[RawRequest] = []
-    seen: set[str] = set()
-    with path.open(encoding="utf-8") as f:
-        for lineno, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                obj = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise WorkloadError(str(path), f"not JSON ({exc.msg})", lineno) from None
-            req = _parse_jsonl_object(obj, lineno, vocab_size, lambda msg: WorkloadError(str(path), msg, lineno),
-                                      tokenizer)
-            if req.id in seen:
-                raise WorkloadError(str(path), f"duplicate id {req.id!r}", lineno)
-            seen.add(req.id)
-            out.append(req)
-    if not out:
-        raise WorkloadError(str(path), "no requests in workload file")
-    return sorted(out, key=lambda r: r.arrival_s)
-
-
-def _parse_jsonl_object(obj: object, lineno: int, vocab_size: int, error,
-                        tokenizer: Tokenizer | None = None) -> RawRequest:
-    if not isinstance(obj, dict):
-        raise error("each line must be a JSON object")
-    unknown = set(obj) - JSONL_FIELDS
-    if unknown:
-        raise error(f"unknown field(s) {', '.join(sorted(unknown))} (known: {', '.join(sorted(JSONL_FIELDS))})")
-    rid = obj.get("id", f"line{lineno}")
-    if not isinstance(rid, (str, int)) or isinstance(rid, bool):
-        raise error("id must be a string")
-    ids = None
-    if "prompt" in obj:
-        if "prompt_token_ids" in obj or "prompt_len" in obj:
-            raise error("give one of prompt, prompt_token_ids or prompt_len")
-        if not isinstance(obj["prompt"], str) or not obj["prompt"]:
-            raise error(f"prompt must be a non-empty string, got {obj['prompt']!r}")
-        if tokenizer is None:
-            raise error(NO_TOKENIZER)
-        obj = {**obj, "prompt_token_ids": tokenizer.encode(obj["prompt"])}
-    if "prompt_token_ids" in obj:
-        ids = obj["prompt_token_ids"]
-        if not isinstance(ids, list) or not all(isinstance(t, int) and not isinstance(t, bool) for t in ids):
-            raise error("prompt_token_ids must be a list of integers")
-        if not ids:
-            raise error("empty prompt (prompt_token_ids is [])")
-        bad = next((t for t in ids if not 0 <= t < vocab_size), None)
-        if bad is not None:
-            raise error(f"token id {bad} outside the vocabulary [0, {vocab_size})")
-        prompt_len = len(ids)
-    elif "prompt_len" in obj:
-        prompt_len = _int_field(obj, "prompt_len", error)
-        if prompt_len < 1:
-            raise error(f"empty prompt (prompt_len is {prompt_len})")
-    else:
-        raise error("missing prompt_len (or prompt_token_ids, or a text prompt)")
-    if "max_tokens" not in obj:
-        raise error("missing max_tokens")
-    max_tokens = _int_field(obj, "max_tokens", error)
-    if max_tokens < 1:
-        raise error(f"max_tokens must be >= 1, got {max_tokens}")
-    arrival = obj.get("arrival_s", 0.0)
-    if not _is_number(arrival) or arrival < 0:
-        raise error(f"arrival_s must be a number >= 0, got {arrival!r}")
-    temperature, top_p = obj.get("temperature", 0.0), obj.get("top_p", 1.0)
-    if not _is_number(temperature) or temperature < 0:
-        raise error(f"temperature must be a number >= 0, got {temperature!r}")
-    if not _is_number(top_p) or not 0 < top_p <= 1:
-        raise error(f"top_p must be in (0, 1], got {top_p!r}")
-    seed = obj.get("seed")
-    if seed is not None and (not isinstance(seed, int) or isinstance(seed, bool)):
-        raise error(f"seed must be an integer, got {seed!r}")
-    sampling = SamplingParams(temperature=float(temperature), top_p=float(top_p), seed=seed)
-    return RawRequest(str(rid), prompt_len, max_tokens, float(arrival),
-                      tuple(ids) if ids is not None else None, sampling)
-
-
-def _is_number(value: object) -> bool:
-    """A finite JSON number: not a bool, not NaN or Infinity (Python's json reads both)."""
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-
-
-def _int_field(obj: dict, name: str, error) -> int:
-    value = obj[name]
-    if not isinstance(value, int) or isinstance(value, bool):
-        raise error(f"{name} must be an integer, got {value!r}")
-    return value
-
-
-def read_azure_csv(path: Path) -> list[RawRequest]:
-    """Azure LLM inference trace: TIMESTAMP, ContextTokens, GeneratedTokens; arrivals from the first."""
-    out: list[RawRequest] = []
-    with path.open(encoding="utf-8", newline="") as f:
-        reader = csv.DictReader(f)
-        missing = [c for c in AZURE_COLUMNS if c not in (reader.fieldnames or [])]
-        if missing:
-            raise WorkloadError(str(path), f"not an Azure trace CSV: missing column(s) {', '.join(missing)}", 1)
-        t0 = None
-        for row in reader:
-            lineno = reader.line_num
-            try:
-                t = _parse_timestamp(row["TIMESTAMP"])
-                prompt_len, output_len = int(row["ContextTokens"]), int(row["GeneratedTokens"])
-            except (TypeError, ValueError) as exc:
-                raise WorkloadError(str(path), f"bad row ({exc})", lineno) from None
-            if prompt_len < 1 or output_len < 1:
-                raise WorkloadError(str(path), "ContextTokens and GeneratedTokens must be >= 1", lineno)
-            t0 = t if t0 is None else t0
-            out.append(RawRequest(f"az{len(out)}", prompt_len, output_len, max(0.0, t - t0)))
-    if not out:
-        raise WorkloadError(str(path), "no requests in trace")
-    return sorted(out, key=lambda r: r.arrival_s)
-
-
-def _parse_timestamp(text: str) -> float:
-    """'2023-11-16 18:15:46.6805900' -> seconds; tolerates more than 6 fractional digits."""
-    whole, _, frac = text.strip().partition(".")
-    base = datetime.strptime(whole, "%Y-%m-%d %H:%M:%S").timestamp()
-    return base + (float("0." + frac) if frac else 0.0)
+        text = read_text_file(path)
+    except NotText as exc:
+        raise WorkloadError(str(path), exc.message, exc.line) from None
+    kind = workload_format(path, text)
+    if kind == "sharegpt":
+        return [RawRequest(rid, len(ids), max_tokens, 0.0, ids)
+                for rid, ids, max_tokens in read_sharegpt(str(path), text, tokenizer, limit)]
+    if kind == "csv":
+        return read_azure_csv(str(path), text, warn)
+    return read_jsonl(str(path), text, vocab_size, tokenizer, warn)
 
 
 def synthetic(spec: WorkloadSpec) -> list[RawRequest]:
@@ -237,23 +144,47 @@ def _lognormal(rng: random.Random, mean: float, sigma: float) -> int:
     return max(1, round(rng.lognormvariate(mu, sigma)))
 
 
-def materialise(raw: list[RawRequest], spec: WorkloadSpec, vocab_size: int) -> list[Request]:
-    """Apply the scales and give length-only prompts seeded random token ids."""
+def materialise(raw: list[RawRequest], spec: WorkloadSpec, vocab_size: int,
+                config: EngineConfig | None = None) -> list[Request]:
+    """Apply the scales and give length-only prompts seeded random token ids (none, when the request
+    can never fit `config`)."""
     rng = random.Random(spec.seed + 1)
     vocab = range(vocab_size)
     out = []
     for r in raw:
         ids = r.prompt_token_ids
+        max_tokens = _scaled(r.max_tokens, spec.output_scale)
         if ids is None:
-            ids = tuple(rng.choices(vocab, k=max(1, round(r.prompt_len * spec.prompt_scale))))
-        max_tokens = max(1, round(r.max_tokens * spec.output_scale))
+            prompt_len = _scaled(r.prompt_len, spec.prompt_scale)
+            if prompt_len > sys.maxsize:  # len() cannot count it: no engine could hold it either
+                raise ConfigError("--prompt-scale", f"request {r.id!r}: the prompt scales to {prompt_len} tokens")
+            if config is not None and not _fits(r.id, prompt_len, max_tokens, config):
+                ids = UnbuiltPrompt(prompt_len)
+            else:
+                ids = tuple(rng.choices(vocab, k=prompt_len))
         out.append(Request(r.id, ids, max_tokens, r.arrival_s * spec.time_scale, r.sampling))
     return out
+
+
+def _scaled(length: int, scale: float) -> int:
+    try:
+        return max(1, round(length * scale))
+    except OverflowError:  # past a float's range: exact integer arithmetic instead
+        return max(1, round(length * Fraction(scale)))
+
+
+def _fits(request_id: str, prompt_len: int, max_tokens: int, config: EngineConfig) -> bool:
+    try:
+        check_fits(request_id, prompt_len, max_tokens, config)
+    except UnservableRequest:
+        return False
+    return True
 
 
 def make_burst(template: list[Request], count: int, seed: int, vocab_size: int, tag: str) -> tuple[Request, ...]:
     """count new requests, lengths drawn from the loaded workload, all arriving now."""
     rng = random.Random(seed)
+    template = [r for r in template if not isinstance(r.prompt_token_ids, UnbuiltPrompt)]  # never draw those
     picks = [rng.choice(template) for _ in range(count)] if template else []
     vocab = range(vocab_size)
     # greedy, but a run that ignores EOS (--ignore-eos) keeps ignoring it for its bursts

@@ -11,7 +11,6 @@ bandwidth, large bf16 GEMMs reach ~60% of the dense tensor-core peak, and a Pyth
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,6 +19,7 @@ from batchtop.core_engine.engine.snapshot import StepCost
 from batchtop.core_engine.errors import ConfigError
 from batchtop.core_engine.measure.device_peaks import DevicePeaks
 from batchtop.core_engine.measure.roofline import roofline_time
+from batchtop.core_engine.session.text_files import NotText, parse_json, read_text_file
 
 CALIBRATION_SCHEMA = "batchtop.calibration/1"
 CONSTANTS = ("compute_efficiency", "memory_efficiency", "step_overhead_s")
@@ -61,11 +61,9 @@ def load_calibration(path: str) -> Calibration:
     if not p.is_file():
         raise bad("no such file" if not p.exists() else "not a regular file")
     try:
-        data = json.loads(p.read_text(encoding="utf-8"))
-    except UnicodeDecodeError:
-        raise bad("not a text file") from None
-    except json.JSONDecodeError as exc:
-        raise bad(f"not JSON ({exc.msg} at line {exc.lineno})") from None
+        data = parse_json(read_text_file(p))
+    except NotText as exc:
+        raise bad(exc.message + (f" at line {exc.line}" if exc.line is not None else "")) from None
     if not isinstance(data, dict):
         raise bad("must be a JSON object with " + ", ".join(CONSTANTS))
     schema = data.get("schema", CALIBRATION_SCHEMA)

@@ -13,9 +13,10 @@ from rich.table import Table
 from batchtop.core_engine.engine.engine import Engine
 from batchtop.core_engine.engine.kv_cache import cdiv
 from batchtop.core_engine.errors import ConfigError
-from batchtop.core_engine.measure.device_peaks import DevicePeaks, device_peaks, peaks_from_dict
+from batchtop.core_engine.measure.device_peaks import DevicePeaks, device_peaks
 from batchtop.core_engine.resolve import resolve_config
 from batchtop.core_engine.session.trace import read_trace
+from batchtop.core_engine.session.trace_schema import HeaderError, engine_header
 from batchtop.core_engine.simulate.calibration import CALIBRATION_SCHEMA
 from batchtop.core_engine.simulate.fit import Fit, fit_calibration, predict
 from batchtop.core_engine.measure.decode_sweep import StepSample, batch_medians, decode_sweep
@@ -55,16 +56,18 @@ def recorded_steps(path: str) -> tuple[list[StepSample], DevicePeaks, dict]:
     trace = read_trace(path)
     if trace.header.get("simulated"):
         raise ConfigError("--from-trace", f"{path}: a simulated session: its step times are modelled, not measured")
-    peaks = peaks_from_dict(trace.header.get("peaks"))
+    try:
+        config, peaks = engine_header(trace.header)
+    except HeaderError as exc:
+        raise ConfigError("--from-trace", f"{path}:1: {exc}") from None
     if peaks is None:
         raise ConfigError("--from-trace", f"{path}: the trace records no device peaks")
     samples = [StepSample(snap.num_seqs, snap.cost.flops, snap.cost.bytes, snap.step_time_s)
                for _, snap in trace.snapshots() if snap is not None and snap.is_step and snap.step_time_s > 0]
     if len({(s.flops, s.bytes) for s in samples}) < 2:
         raise ConfigError("--from-trace", f"{path}: needs two or more different steps to fit, has {len(samples)}")
-    config = trace.header.get("config", {})
-    return samples, peaks, {"device": peaks.device_name, "model": config.get("model", {}).get("name"),
-                            "dtype": config.get("dtype"), "trace": path, "steps": len(samples)}
+    return samples, peaks, {"device": peaks.device_name, "model": config.model.name,
+                            "dtype": config.dtype, "trace": path, "steps": len(samples)}
 
 
 def fit_table(fit: Fit, samples: list[StepSample], peaks: DevicePeaks) -> Table:

@@ -33,9 +33,19 @@ def _decode_point(m: dict) -> str:
     return f"{decode['intensity_mean']:.1f} {bound}-bound"
 
 
-def compare_table(static: dict, continuous: dict, speedup: float) -> Table:
+def speedup_of(static: dict, continuous: dict) -> tuple[float | None, str]:
+    """Continuous over static throughput, and the words for it; None when static generated nothing."""
+    if static["throughput_tok_s"] > 0:
+        speedup = continuous["throughput_tok_s"] / static["throughput_tok_s"]
+        return speedup, f"continuous is {speedup:.2f}x the throughput"
+    refused, submitted = static["requests"]["rejected"], static["requests"]["submitted"]
+    why = f"all {submitted} requests were refused" if submitted and refused == submitted else "it generated no tokens"
+    return None, f"no speedup: static batching has no throughput to compare with ({why})"
+
+
+def compare_table(static: dict, continuous: dict, verdict: str) -> Table:
     simulated = static.get("simulated")
-    title = f"static vs continuous batching — continuous is {speedup:.2f}x the throughput"
+    title = f"static vs continuous batching — {verdict}"
     if simulated is not None:
         title = f"SIMULATED {simulated['device']}: {title} (modelled, not measured)"
     table = Table(title=title, title_justify="left")
@@ -82,8 +92,7 @@ def run_compare(opts: dict, output: str) -> None:
         if code:
             write_json({"schema": COMPARE_SCHEMA, **docs, "speedup": None}, output)
             sys.exit(code)
-    static_tps = docs["static"]["throughput_tok_s"]
-    speedup = docs["continuous"]["throughput_tok_s"] / static_tps if static_tps else float("nan")
+    speedup, verdict = speedup_of(docs["static"], docs["continuous"])
     write_json({"schema": COMPARE_SCHEMA, **docs, "speedup": speedup}, output)
     Console(file=sys.stderr if output in (None, "-") else sys.stdout).print(
-        compare_table(docs["static"], docs["continuous"], speedup))
+        compare_table(docs["static"], docs["continuous"], verdict))

@@ -162,7 +162,7 @@ def build_setup(opts: dict, **overrides) -> Setup:
         prompt_mean=opts["prompt_mean"], output_mean=opts["output_mean"])
     checkpoint = config.model.checkpoint
     tokenizer = Tokenizer.from_dir(checkpoint) if checkpoint is not None else None
-    requests = load_workload(spec, config.model.vocab_size, tokenizer)
+    requests = load_workload(spec, config.model.vocab_size, tokenizer, config=config)
     if opts["ignore_eos"]:
         requests = [replace(r, sampling=replace(r.sampling, ignore_eos=True)) for r in requests]
     script = load_script(opts["script_path"], DEMOS_DIR) if opts.get("script_path") else None

@@ -4,13 +4,22 @@ from __future__ import annotations
 
 import sys
 
-from batchtop.core_engine.config import config_from_dict
-from batchtop.core_engine.measure.device_peaks import peaks_from_dict
+from batchtop.core_engine.config import EngineConfig
+from batchtop.core_engine.measure.device_peaks import DevicePeaks
 from batchtop.core_engine.measure.metrics import MetricsCollector
-from batchtop.core_engine.session.trace import Trace, read_trace
+from batchtop.core_engine.session.trace import Trace, TraceError, read_trace
+from batchtop.core_engine.session.trace_schema import HeaderError, engine_header
 from batchtop.tui.commands.headless import note
 from batchtop.tui.commands.options import bad_input_exits
 from batchtop.tui.commands.output import check_writable, write_json
+
+
+def recorded_engine(trace: Trace) -> tuple[EngineConfig, DevicePeaks | None]:
+    """The recorded engine's config and peaks; TraceError naming the field when the header lacks them."""
+    try:
+        return engine_header(trace.header)
+    except HeaderError as exc:
+        raise TraceError(f"{trace.path}:1: {exc}") from None
 
 
 def replay_metrics(trace: Trace) -> dict:
@@ -21,8 +30,9 @@ def replay_metrics(trace: Trace) -> dict:
             collector.observe(snap)
     end = trace.events[-1] if trace.events else {}
     complete = end.get("type") == "end" and end.get("reason") == "finished"
+    _, peaks = recorded_engine(trace)
     doc = collector.summary(trace.header["config"], complete=complete, workload=trace.header.get("workload"),
-                            peaks=peaks_from_dict(trace.header.get("peaks")))
+                            peaks=peaks)
     if trace.header.get("simulated"):
         doc["simulated"] = trace.header["simulated"]
     doc["replayed_from"] = trace.path
@@ -36,20 +46,23 @@ def run_replay(path: str, *, headless: bool, output: str | None, speed: float, t
             from batchtop.tui.commands.attach_replay import run_attach_replay
             return run_attach_replay(trace, headless=headless, output=output, speed=speed, theme=theme)
         check_writable(output)
-        config = config_from_dict(trace.header["config"])
-    for warning in trace.warnings:
-        note(f"warning: {warning}")
+        config, peaks = recorded_engine(trace)
+        for warning in trace.warnings:
+            note(f"warning: {warning}")
+        if headless:  # every event is decoded here, inside the handler: an inconsistent one exits 2
+            doc = replay_metrics(trace)
+        else:
+            from batchtop.tui.replay_source import ReplaySource
+            source = ReplaySource(trace, speed=speed)
     if headless:
-        write_json(replay_metrics(trace), output)
+        write_json(doc, output)
         return
     from batchtop.tui.replay_app import ReplayApp  # Textual loads only here
-    from batchtop.tui.replay_source import ReplaySource
     from batchtop.tui.widgets.waiting import arrivals_label
 
-    source = ReplaySource(trace, speed=speed)
-    device = trace.header.get("device", {}).get("name", config.device)
+    device = (trace.header.get("device") or {}).get("name", config.device)
     how = "simulated, recorded" if trace.header.get("simulated") else "recorded"
-    app = ReplayApp(source, config, peaks_from_dict(trace.header.get("peaks")), device_label=f"{device} ({how})",
+    app = ReplayApp(source, config, peaks, device_label=f"{device} ({how})",
                     arrivals=arrivals_label(trace.header.get("workload")),
                     theme=theme)
     sys.exit(app.run() or 0)
