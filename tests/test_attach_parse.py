@@ -130,3 +130,26 @@ def test_quantiles_are_linear_inside_a_bucket_and_replicas_merge_buckets_not_per
     assert slow.minus(fast) is None  # counts that went down: not a delta
     assert fast.minus(slow) is None  # a "delta" that is not cumulative spans a restart
     assert merge_all([fast, Histogram((0.5, inf), (1, 1), 0, 1)]) is None  # different buckets: no merge
+
+
+def test_replicas_sum_gauges_and_rates_merge_buckets_and_name_the_outlier():
+    m = Monitor(["a", "b", "c"])
+    m.feed([live(vllm_sample(VLLM_T0, 0.0)), live(vllm_sample(VLLM_T0, 0.0)), live(vllm_sample(VLLM_IDLE, 0.0))], 0.0)
+    frame = m.feed([live(vllm_sample(VLLM_T2, 2.0)), live(vllm_sample(VLLM_T2, 2.0)),
+                    live(vllm_sample(VLLM_IDLE, 2.0))], 2.0)
+    agg = frame.aggregate
+    assert (agg.running, agg.waiting, agg.num_gpu_blocks) == (16, 96, 3 * 8192)
+    assert agg.waiting_by_reason["capacity"] == 96
+    assert agg.rates["generation_tokens"] == pytest.approx(2 * (12241 - 6497) / 2)
+    assert agg.latency["ttft"]["count"] == 16 and agg.latency["ttft"]["p50"] == pytest.approx(3.75)
+    # the KV share of the fleet is weighted by each pool: two busy pools and an empty one
+    busy = vllm_sample(VLLM_T2, 2.0).kv_usage
+    assert agg.kv_usage == pytest.approx(2 * busy / 3)
+    assert agg.point.intensity == pytest.approx(frame.replicas[0].point.intensity)  # same work, same ratio
+    assert agg.point.flops_per_s == pytest.approx(2 * frame.replicas[0].point.flops_per_s)
+    found = {b.metric: b for b in frame.imbalances}
+    assert found["waiting"].replica == 2 and found["waiting"].value == 0 and found["waiting"].mean == 32
+    assert "imbalance: replica 2 (c) waiting 0 vs mean 32" == found["waiting"].line()
+    balanced = Monitor(["a", "b"])
+    balanced.feed([live(vllm_sample(VLLM_T0, 0.0))] * 2, 0.0)
+    assert balanced.feed([live(vllm_sample(VLLM_T2, 2.0))] * 2, 2.0).imbalances == ()

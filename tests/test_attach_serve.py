@@ -1,6 +1,7 @@
 """attach against a real `batchtop serve` (tiny preset, in-process, ephemeral port) running a workload:
 it sees the requests run, the tokens advance, and percentiles that agree with the engine's own
-metrics within the resolution of the histogram buckets; a recording replays to the same numbers."""
+metrics within the resolution of the histogram buckets, a roofline estimate from the token rates
+near the engine's own FLOP/byte counters; a recording replays to the same numbers."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from click.testing import CliRunner
 
 from batchtop.core_engine.attach.monitor import LivePoller, Monitor
 from batchtop.core_engine.attach.record import AttachRecorder, attach_header
+from batchtop.core_engine.attach.roofline_point import ModelEstimate, estimated_point, measured_point
 from batchtop.core_engine.attach.scrape import LIVE
 from batchtop.core_engine.measure.metrics import MetricsCollector, percentiles
 from batchtop.tui.cli import main
@@ -26,6 +28,18 @@ class EngineMetrics(MetricsCollector):
         pass
 
 
+def estimate_beside_measured(monitor: Monitor, estimate: ModelEstimate) -> tuple[float, float] | None:
+    """(estimated / measured intensity, and FLOP/s) for the newest interval with enough steps to judge."""
+    window = monitor.windows[0]
+    d = window.interval()
+    steps = d.histograms.get("iteration_tokens") if d is not None else None
+    if steps is None or steps.count < 10:
+        return None
+    measured, _ = measured_point(d)
+    guess = estimated_point(d, estimate, window.latest.running, window.latest.histograms)
+    return guess.intensity / measured.intensity, guess.flops_per_s / measured.flops_per_s
+
+
 def same_or_next_bucket(hist, exact: float, estimate: float) -> bool:
     bounds = list(hist.bounds)
     i, j = bounds.index(hist.bucket_of(exact)[1]), bounds.index(hist.bucket_of(estimate)[1])
@@ -36,8 +50,10 @@ def test_attach_follows_a_busy_batchtop_server_and_agrees_with_the_engine(tmp_pa
     workload = [dataclasses.replace(r, arrival_s=0.3 + 0.01 * i)
                 for i, r in enumerate(make_requests(48, seed=5, prompt=(4, 24), output=(24, 64)))]
     collector = EngineMetrics()
+    config = tiny_config(max_num_seqs=4, num_kv_blocks=256)
+    estimate, estimates = ModelEstimate(config.model, config.dtype), []
     trace = tmp_path / "attach.jsonl"
-    with serving(tiny_config(max_num_seqs=4, num_kv_blocks=256), workload=workload) as server:
+    with serving(config, workload=workload) as server:
         server.loop.session.listeners.append(collector)  # before the first arrival at 0.3 s
         poller = LivePoller([server.url], interval_s=0.1, timeout_s=2.0)
         monitor = Monitor([server.url], window_s=600)
@@ -49,6 +65,7 @@ def test_attach_follows_a_busy_batchtop_server_and_agrees_with_the_engine(tmp_pa
                 results, t = poller.poll()
                 frames.append(monitor.feed(results, t))
                 recorder.tick(frames[-1].tick, t, results)
+                estimates.append(estimate_beside_measured(monitor, estimate))
                 if server.engine.is_done() and server.engine.counters.completed == len(workload) \
                         and frames[-1].replicas[0].running == 0 and len(frames) > 3:
                     break
@@ -75,6 +92,13 @@ def test_attach_follows_a_busy_batchtop_server_and_agrees_with_the_engine(tmp_pa
     assert sum(final.finished.values()) == len(workload) and final.success_rate == 1.0
     assert final.point is None or final.point.source == "measured"
     assert any(s.point is not None and s.point.source == "measured" and s.point.intensity > 0 for s in stats)
+    # the estimate a server without FLOP counters gets (token rates x step_cost) lands near the
+    # engine's own counted FLOPs and bytes: what --model promises for vLLM without --enable-mfu-metrics
+    ratios = [r for r in estimates if r is not None]
+    assert len(ratios) >= 3
+    for intensity, flops in ratios:
+        assert 0.6 < intensity < 1.6 and 0.6 < flops < 1.6, ratios
+    assert 0.8 < sorted(i for i, _ in ratios)[len(ratios) // 2] < 1.25, ratios
     exact_ttft = [f.ttft_s for f in collector.finished]
     exact_e2e = [f.e2e_s for f in collector.finished]
     assert len(exact_ttft) == len(workload)

@@ -6,10 +6,14 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from batchtop.core_engine.attach.monitor import AttachFrame, LivePoller, Monitor
 from batchtop.core_engine.attach.record import header_estimate, recorded_ticks
 from batchtop.core_engine.session.trace import Trace
+
+if TYPE_CHECKING:
+    from batchtop.tui.commands.attach import AttachSetup
 
 SPEEDS = (0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 64.0)
 
@@ -26,7 +30,7 @@ def _sleep_until(deadline: float, cancelled: Callable[[], bool], wake: threading
 class LiveFeed:
     LIVE = True
 
-    def __init__(self, setup) -> None:  # an AttachSetup
+    def __init__(self, setup: AttachSetup) -> None:
         self.setup = setup
         self.monitor: Monitor = setup.monitor()
         self.label = "live"

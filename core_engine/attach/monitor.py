@@ -5,6 +5,7 @@ aggregate, the imbalance and a short history for the strip charts.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections import deque
 from concurrent.futures import ThreadPoolExecutor
@@ -64,7 +65,7 @@ class Monitor:
         frame = self.frame()
         m = frame.main
         self._history.append(HistoryPoint(t, m.running, m.waiting, m.rates.get("generation_tokens"), m.point))
-        return self.frame()
+        return dataclasses.replace(frame, history=tuple(self._history))
 
     def frame(self) -> AttachFrame:
         stats = [build_stats(w.url, w.status, w.reason, w.latest, w.interval(), w.window(),

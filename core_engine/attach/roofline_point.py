@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from batchtop.core_engine.attach.histogram import Histogram
 from batchtop.core_engine.attach.window import Delta
 from batchtop.core_engine.config import ModelConfig
 from batchtop.core_engine.measure.device_peaks import DevicePeaks
@@ -59,12 +60,12 @@ def measured_point(d: Delta) -> tuple[RooflinePoint | None, str | None]:
     return RooflinePoint(flops / nbytes, d.per_s["flops"], "measured"), None
 
 
-def _mean(d_hist, fallback: float) -> float:
-    return d_hist.mean if d_hist is not None and d_hist.mean is not None else fallback
+def _mean(hist: Histogram | None, fallback: float) -> float:
+    return hist.mean if hist is not None and hist.mean is not None else fallback
 
 
 def estimated_point(d: Delta, estimate: ModelEstimate, running: float | None,
-                    lengths: dict | None = None) -> RooflinePoint | None:
+                    lengths: dict[str, Histogram] | None = None) -> RooflinePoint | None:
     """The interval's mean step priced by step_cost(); None when no token moved."""
     gen, prompt = d.totals.get("generation_tokens", 0.0), d.totals.get("prompt_tokens", 0.0)
     if gen <= 0 and prompt <= 0:

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from batchtop.core_engine.attach.histogram import Histogram
 from batchtop.core_engine.attach.roofline_point import ModelEstimate, RooflinePoint, estimated_point, measured_point
+from batchtop.core_engine.attach.sample import ReplicaSample
 from batchtop.core_engine.attach.window import Delta
 
 LATENCIES = ("ttft", "itl", "e2e", "queue_time")
@@ -62,7 +64,7 @@ def latency_table(window: Delta | None) -> dict[str, dict[str, float | None]]:
 
 
 def roofline(interval: Delta | None, estimate: ModelEstimate | None, running: float | None,
-             lengths: dict) -> tuple[RooflinePoint | None, str | None]:
+             lengths: dict[str, Histogram]) -> tuple[RooflinePoint | None, str | None]:
     if interval is None:
         return None, "no interval yet"
     point, note = measured_point(interval)
@@ -73,7 +75,7 @@ def roofline(interval: Delta | None, estimate: ModelEstimate | None, running: fl
     return point, note
 
 
-def build_stats(name: str, status: str, reason: str | None, latest, interval: Delta | None,
+def build_stats(name: str, status: str, reason: str | None, latest: ReplicaSample | None, interval: Delta | None,
                 window: Delta | None, *, user_max_num_seqs: int | None, estimate: ModelEstimate | None,
                 resets: int = 0) -> ReplicaStats:
     """One replica's numbers; `latest` is its newest good sample (None: never scraped)."""
