@@ -18,7 +18,7 @@ from torch import nn
 
 from batchtop.core_engine.config import ModelConfig
 from batchtop.core_engine.model.packed_linear import PackedLinear
-from batchtop.gpu_kernels import gather_kv, paged_decode_attention, prefill_attention, store_kv
+from batchtop.gpu_kernels import decode_attention, gather_kv, prefill_attention, store_kv
 
 
 @dataclass(slots=True)
@@ -150,12 +150,12 @@ class Attention(nn.Module):
 
         d = batch.num_decode_rows
         if d == t:  # a pure decode step: no prefill rows to interleave, no copy into a shared buffer
-            out = paged_decode_attention(q, k_cache, v_cache, batch.decode_block_tables,
+            out = decode_attention(q, k_cache, v_cache, batch.decode_block_tables,
                                          batch.decode_context_lens, self.scale)
             return self.o_proj(out.reshape(t, self.q_size))
         out = torch.empty_like(q)
         if d:
-            out[:d] = paged_decode_attention(q[:d], k_cache, v_cache, batch.decode_block_tables,
+            out[:d] = decode_attention(q[:d], k_cache, v_cache, batch.decode_block_tables,
                                              batch.decode_context_lens, self.scale)
         for chunk in batch.prefills:
             rows = slice(chunk.token_start, chunk.token_start + chunk.num_tokens)
