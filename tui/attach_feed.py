@@ -9,7 +9,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from batchtop.core_engine.attach.monitor import AttachFrame, LivePoller, Monitor
-from batchtop.core_engine.attach.record import header_estimate, recorded_ticks
+from batchtop.core_engine.attach.record import monitor_for, recorded_ticks
 from batchtop.core_engine.session.trace import Trace
 
 if TYPE_CHECKING:
@@ -67,11 +67,9 @@ class ReplayFeed:
     LIVE = False
 
     def __init__(self, trace: Trace, speed: float = 1.0) -> None:
-        header = trace.header
         self.trace = trace
         self.ticks = list(recorded_ticks(trace))
-        self.monitor = Monitor(list(header["urls"]), window_s=float(header.get("window_s") or 30.0),
-                               max_num_seqs=header.get("max_num_seqs"), estimate=header_estimate(header))
+        self.monitor = monitor_for(trace)
         self.speed = speed
         self.paused = False
         self.position = 0

@@ -16,6 +16,7 @@ import os
 import zlib
 from collections.abc import Iterator
 
+from batchtop.core_engine.attach.monitor import Monitor
 from batchtop.core_engine.attach.roofline_point import ModelEstimate
 from batchtop.core_engine.attach.sample import ReplicaSample
 from batchtop.core_engine.attach.scrape import ScrapeResult
@@ -78,6 +79,13 @@ def attach_header(urls: list[str], interval_s: float, window_s: float, max_num_s
 def header_estimate(header: dict) -> ModelEstimate | None:
     data = header.get("estimate")
     return None if not data else ModelEstimate(ModelConfig.from_dict(data["model"]), data["dtype"])
+
+
+def monitor_for(trace: Trace) -> Monitor:
+    """A fresh Monitor set up as the recorded session's was: same replicas, window, ceiling, estimate."""
+    header = trace.header
+    return Monitor(list(header["urls"]), window_s=float(header.get("window_s") or 30.0),
+                   max_num_seqs=header.get("max_num_seqs"), estimate=header_estimate(header))
 
 
 def recorded_ticks(trace: Trace) -> Iterator[tuple[float, list[ScrapeResult]]]:

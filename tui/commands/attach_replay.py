@@ -5,8 +5,7 @@ from __future__ import annotations
 
 import sys
 
-from batchtop.core_engine.attach.monitor import Monitor
-from batchtop.core_engine.attach.record import header_estimate, recorded_ticks
+from batchtop.core_engine.attach.record import monitor_for, recorded_ticks
 from batchtop.core_engine.attach.report import attach_report
 from batchtop.core_engine.measure.device_peaks import peaks_from_dict
 from batchtop.core_engine.session.trace import Trace
@@ -18,8 +17,7 @@ from batchtop.tui.commands.output import check_writable, write_json
 def replay_attach_report(trace: Trace) -> dict:
     """Every recorded scrape fed to a fresh Monitor, as the live session fed its own."""
     header = trace.header
-    monitor = Monitor(list(header["urls"]), window_s=float(header.get("window_s") or 30.0),
-                      max_num_seqs=header.get("max_num_seqs"), estimate=header_estimate(header))
+    monitor = monitor_for(trace)
     frame = monitor.frame()
     for t, results in recorded_ticks(trace):
         frame = monitor.feed(results, t)
