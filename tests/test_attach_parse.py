@@ -153,3 +153,25 @@ def test_replicas_sum_gauges_and_rates_merge_buckets_and_name_the_outlier():
     balanced = Monitor(["a", "b"])
     balanced.feed([live(vllm_sample(VLLM_T0, 0.0))] * 2, 0.0)
     assert balanced.feed([live(vllm_sample(VLLM_T2, 2.0))] * 2, 2.0).imbalances == ()
+
+
+def test_a_recording_header_keeps_the_model_of_an_estimate(tmp_path):
+    from batchtop.core_engine.attach.record import AttachRecorder, attach_header, monitor_for, recorded_ticks
+    from batchtop.core_engine.session.trace import read_trace
+
+    estimate = ModelEstimate(preset("cpu-demo"), "bfloat16")
+    path = str(tmp_path / "est.jsonl")
+    rec = AttachRecorder(path, attach_header(["vllm"], 2.0, 30.0, 16, estimate, None))
+    rec.tick(1, 0.0, [live(vllm_sample(VLLM_T0, 0.0))])
+    rec.tick(2, 2.0, [live(vllm_sample(VLLM_T2, 2.0))])
+    rec.close(2.0)
+    trace = read_trace(path)
+    monitor = monitor_for(trace)
+    assert monitor.estimate == estimate and monitor.max_num_seqs == 16
+    ticks = list(recorded_ticks(trace))
+    assert [t for t, _ in ticks] == [0.0, 2.0]
+    live_frame = Monitor(["vllm"], max_num_seqs=16, estimate=estimate)
+    for t, results in ticks:
+        replayed = monitor.feed(results, t)
+        direct = live_frame.feed([live(vllm_sample(VLLM_T0 if t == 0 else VLLM_T2, t))], t)
+    assert replayed.replicas == direct.replicas
