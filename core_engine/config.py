@@ -7,6 +7,8 @@ from dataclasses import dataclass, field, replace
 from batchtop.core_engine.errors import ConfigError
 
 MODES = ("continuous", "static")
+MAX_NUM_SEQS_LIMIT = 4096  # the most slots the keys (and the CLI) can ask for
+MAX_SEED = 2**64 - 1  # torch.manual_seed's range
 
 
 @dataclass(frozen=True, slots=True)
@@ -166,6 +168,14 @@ class EngineConfig:
                               ("--num-kv-blocks", self.num_kv_blocks)):
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise ConfigError(option, f"must be an integer >= 1, got {value!r}")
+        if self.max_num_seqs > MAX_NUM_SEQS_LIMIT:
+            raise ConfigError("--max-num-seqs", f"must be at most {MAX_NUM_SEQS_LIMIT}, got {self.max_num_seqs}")
+        if self.max_num_batched_tokens < self.max_num_seqs:  # vLLM refuses it too: decodes must fit one step
+            raise ConfigError("--max-num-batched-tokens", f"{self.max_num_batched_tokens} is below max_num_seqs "
+                                                          f"{self.max_num_seqs}: every running sequence decodes "
+                                                          "one token per step, so the budget must hold them all")
+        if not isinstance(self.seed, int) or isinstance(self.seed, bool) or not 0 <= self.seed <= MAX_SEED:
+            raise ConfigError("--seed", f"must be an integer in 0..2**64-1, got {self.seed!r}")
         if self.mode not in MODES:
             raise ConfigError("--mode", f"must be one of {', '.join(MODES)}, got {self.mode!r}")
         if self.device not in ("cpu", "cuda"):

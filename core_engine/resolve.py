@@ -14,7 +14,7 @@ import torch
 from batchtop.core_engine.config import PRESETS, EngineConfig, ModelConfig, preset
 from batchtop.core_engine.device import DTYPES, resolve_device, resolve_dtype
 from batchtop.core_engine.errors import ConfigError
-from batchtop.core_engine.model.checkpoint import check_checkpoint, check_fits
+from batchtop.core_engine.model.checkpoint import available_memory, check_checkpoint, check_fits
 from batchtop.core_engine.model.hf_config import read_model_config
 from batchtop.core_engine.session.workload import WorkloadSpec
 from batchtop.core_engine.simulate.device import SimulatedDevice
@@ -55,12 +55,31 @@ def kv_blocks_for_memory(model: ModelConfig, dtype: str, block_size: int, fracti
     elem = DTYPES[dtype].itemsize
     weights = model.num_params() * elem
     reserve = 2 * GIB + 8 * model.vocab_size * 4 * 2048  # activations and fp32 logits of a full step
-    per_block = 2 * model.num_hidden_layers * block_size * model.kv_dim * elem
+    per_block = kv_block_bytes(model, dtype, block_size)
     blocks = int((memory * fraction - weights - reserve) // per_block)
     if blocks < 1:
         raise ConfigError("--gpu-memory-utilization", f"{fraction} of {memory / GIB:.0f} GiB leaves no room "
                                                       f"for KV blocks after {weights / GIB:.1f} GiB of weights")
     return blocks
+
+
+def kv_block_bytes(model: ModelConfig, dtype: str, block_size: int) -> int:
+    return 2 * model.num_hidden_layers * block_size * model.kv_dim * DTYPES[dtype].itemsize
+
+
+def check_pool_fits(model: ModelConfig, dtype: str, block_size: int, num_kv_blocks: int, device: str,
+                    memory: int | None) -> None:
+    """An explicit --num-kv-blocks that cannot be allocated fails now, with both numbers, instead of
+    as an out-of-memory error (or minutes of swapping) while the engine is built."""
+    have = memory if memory is not None else available_memory(device)
+    pool = num_kv_blocks * kv_block_bytes(model, dtype, block_size)
+    weights = model.num_params() * DTYPES[dtype].itemsize
+    if have is not None and pool + weights > have:
+        where = "the simulated GPU has" if memory is not None else ("the GPU has" if device == "cuda"
+                                                                    else "the machine has")
+        raise ConfigError("--num-kv-blocks", f"{num_kv_blocks} blocks of {block_size} tokens need "
+                                             f"{pool / GIB:.2f} GiB of KV cache beside {weights / GIB:.2f} GiB of "
+                                             f"weights; {where} {have / GIB:.2f} GiB available")
 
 
 def resolve_model(model: str, default: str) -> ModelConfig:
@@ -98,6 +117,8 @@ def resolve_config(*, model: str = "auto", device: str = "auto", dtype: str = "a
     if model_cfg.checkpoint is not None and simulate is None:  # fail now, not after minutes of loading
         check_checkpoint(model_cfg)
         check_fits(model_cfg, dt, dev)
+    if num_kv_blocks is not None and isinstance(block_size, int) and block_size >= 1:
+        check_pool_fits(model_cfg, dt, block_size, num_kv_blocks, dev, memory)
     if num_kv_blocks is None:
         if defaults.num_kv_blocks is not None:
             num_kv_blocks = defaults.num_kv_blocks

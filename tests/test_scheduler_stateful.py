@@ -44,7 +44,7 @@ def check_wait_reason(sched, plan) -> None:
 
 class EngineMachine(RuleBasedStateMachine):
     @initialize(mode=st.sampled_from(["continuous", "static"]), max_num_seqs=st.integers(1, 6),
-                budget=st.integers(1, 32))
+                budget=st.integers(8, 32))  # >= the 8 slots set_max_num_seqs may ask for
     def start(self, mode: str, max_num_seqs: int, budget: int) -> None:
         self.engine = Engine(tiny_config(mode=mode, max_num_seqs=max_num_seqs, max_num_batched_tokens=budget,
                                          num_kv_blocks=NUM_BLOCKS, block_size=BLOCK_SIZE))

@@ -57,15 +57,16 @@ def test_a_static_members_time_to_first_token_is_its_batchs_prefill():
 
 
 def test_finished_rows_are_computed_every_step_whatever_the_token_budget():
-    engine = Engine(tiny_config(mode="static", max_num_seqs=3, max_num_batched_tokens=1))
-    reqs = [Request("a", (1,), 1), Request("b", (2,), 1), Request("c", (3,), 6)]
+    # the smallest budget allowed (one decode per slot): the 12-token batch prefill still runs as one step
+    engine = Engine(tiny_config(mode="static", max_num_seqs=3, max_num_batched_tokens=3))
+    reqs = [Request("a", (1,) * 4, 1), Request("b", (2,) * 4, 1), Request("c", (3,) * 4, 6)]
     _, snaps, metrics = run_all(engine, reqs)
     assert len(snaps) == 6
     assert [s.num_padding_tokens for s in snaps] == [0, 2, 2, 2, 2, 2]
     assert [sum(v.phase is Phase.PADDING for v in s.slots) for s in snaps] == [0, 2, 2, 2, 2, 2]
     summary = metrics.summary({})
     computed = summary["tokens"]["computed"]
-    assert computed == 3 + 5 + 10  # prompts, c's decodes, and the two padding rows of every decode step
+    assert computed == 12 + 5 + 10  # prompts, c's decodes, and the two padding rows of every decode step
     assert summary["padding_share"] == pytest.approx(10 / (6 * 3))  # from rows computed: 10 of 18 slot-steps
 
 

@@ -7,7 +7,10 @@ timer and never blocks it. Keys become commands on the source; nothing here touc
 from __future__ import annotations
 
 import asyncio
+import os
+import signal
 import time
+from pathlib import Path
 
 from rich.text import Text
 
@@ -23,9 +26,11 @@ from batchtop.core_engine.config import EngineConfig
 from batchtop.core_engine.measure.device_peaks import DevicePeaks
 from batchtop.core_engine.engine.snapshot import SlotView
 from batchtop.core_engine.measure.telemetry import TelemetrySampler
+from batchtop.core_engine.session.stop import exit_status
 from batchtop.core_engine.simulate.simulation import Simulation
 from batchtop.themes import STYLESHEET, THEMES
 from batchtop.tui.bridge import EngineBridge
+from batchtop.tui.commands.output import OutputError, write_text
 from batchtop.tui.frame import DashboardFrame
 from batchtop.tui.widgets.device import DevicePanel
 from batchtop.tui.screens.help import HelpScreen
@@ -123,9 +128,22 @@ class Dashboard(App[int]):
             self.telemetry.start()
         self.poll()
         self.call_after_refresh(self.run_engine)  # the first paint is the costliest: let it finish first
+        try:  # SIGTERM quits as `q` does: the engine finishes its step and closes a recording
+            asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, self._terminate)
+        except (NotImplementedError, RuntimeError, ValueError):  # not the main thread, or no unix signals
+            pass
+
+    def _terminate(self) -> None:
+        if self.exit_code == 0:
+            self.exit_code = exit_status(signal.SIGTERM)
+        self.call_next(self.action_quit)
 
     def on_unmount(self) -> None:
         self._panels = []  # a late timer tick or engine message must not draw into a torn-down screen
+        try:
+            asyncio.get_running_loop().remove_signal_handler(signal.SIGTERM)
+        except (NotImplementedError, RuntimeError, ValueError):
+            pass
 
     @work(thread=True, exit_on_error=False, name="engine", group="engine")
     def run_engine(self) -> None:
@@ -210,8 +228,17 @@ class Dashboard(App[int]):
         self.push_screen(HelpScreen())
 
     def action_save_svg(self) -> None:
-        path = self.save_screenshot(path=".")
-        self.notify(f"screenshot saved to {path}", timeout=3)
+        """A new file in the working directory, never one that is there already (whatever it is)."""
+        stamp = time.strftime("%Y%m%d_%H%M%S")
+        path, n = Path(f"batchtop_{stamp}.svg"), 1
+        while os.path.lexists(path):
+            path, n = Path(f"batchtop_{stamp}-{n}.svg"), n + 1
+        try:
+            write_text(self.export_screenshot(), str(path))
+        except OutputError as exc:
+            self.notify(str(exc), title="screenshot not saved", severity="error", timeout=5)
+            return
+        self.notify(f"screenshot saved to {path.resolve()}", timeout=3)
 
     async def action_quit(self) -> None:
         """Let the engine thread finish its step (and close a recording) before the app goes."""
@@ -244,23 +271,27 @@ class BatchtopApp(Dashboard):
     bridge: EngineBridge
 
     def action_toggle_mode(self) -> None:
-        mode = self.bridge.toggle_mode()
-        self.notify(f"mode={mode} from the next admission", timeout=2)
+        self.bridge.toggle_mode()
+        self.notify("static ⇄ continuous from the next admission (the status line shows the mode)", timeout=2)
 
-    def _set_seqs(self, value: int) -> None:
-        self.bridge.set_max_num_seqs(value)
+    def _change_seqs(self, add: int = 0, multiply: float = 1.0) -> None:
+        cap = self.bridge.max_num_seqs_cap
+        if (add > 0 or multiply > 1) and self.bridge.current_max_num_seqs() >= cap:
+            self.notify(f"max_num_seqs is at its cap, {cap}: max_num_batched_tokens must hold every decode "
+                        "(start with a larger --max-num-batched-tokens)", timeout=3)
+        self.bridge.change_max_num_seqs(add, multiply)
 
     def action_more_seqs(self) -> None:
-        self._set_seqs(self.bridge.current_max_num_seqs() + 1)
+        self._change_seqs(add=1)
 
     def action_fewer_seqs(self) -> None:
-        self._set_seqs(self.bridge.current_max_num_seqs() - 1)
+        self._change_seqs(add=-1)
 
     def action_double_seqs(self) -> None:
-        self._set_seqs(self.bridge.current_max_num_seqs() * 2)
+        self._change_seqs(multiply=2)
 
     def action_halve_seqs(self) -> None:
-        self._set_seqs(self.bridge.current_max_num_seqs() // 2)
+        self._change_seqs(multiply=0.5)
 
     def action_toggle_pause(self) -> None:
         self.bridge.toggle_pause()

@@ -13,7 +13,6 @@ from collections.abc import Callable
 
 from batchtop.core_engine.engine import control
 from batchtop.core_engine.engine.engine import Engine
-from batchtop.core_engine.engine.validation import MAX_NUM_SEQS_LIMIT
 from batchtop.core_engine.engine.request import Request
 from batchtop.core_engine.session.session import Session
 from batchtop.core_engine.simulate.clock import WallPace
@@ -62,15 +61,17 @@ class EngineBridge:
     def paused(self) -> bool:
         return self._paused
 
-    def toggle_mode(self) -> str:
-        mode = "static" if self._current_mode() == "continuous" else "continuous"
-        self._send(control.SetMode(mode))
-        return mode
+    # Relative commands: the engine applies each to the value in force then, so presses faster than
+    # frames (or a script's change in between) compose instead of repeating a stale frame's value.
+    def toggle_mode(self) -> None:
+        self._send(control.ToggleMode())
 
-    def set_max_num_seqs(self, value: int) -> int:
-        value = max(1, min(MAX_NUM_SEQS_LIMIT, value))
-        self._send(control.SetMaxNumSeqs(value))
-        return value
+    def change_max_num_seqs(self, add: int = 0, multiply: float = 1.0) -> None:
+        self._send(control.ChangeMaxNumSeqs(add, multiply))
+
+    @property
+    def max_num_seqs_cap(self) -> int:
+        return self.engine.max_num_seqs_cap
 
     def current_max_num_seqs(self) -> int:
         snap = self.frame.snapshot
@@ -103,10 +104,6 @@ class EngineBridge:
     def _send(self, command: control.Command) -> None:
         self.engine.submit(command)
         self._wake.set()
-
-    def _current_mode(self) -> str:
-        snap = self.frame.snapshot
-        return snap.mode if snap is not None else self.engine.mode
 
     # -- the engine thread ----------------------------------------------------------------------
     def stop(self) -> None:

@@ -2,15 +2,35 @@
 
 from __future__ import annotations
 
+import signal
+import sys
+import threading
+
 import click
 
 from batchtop.core_engine.config import PRESETS
-from batchtop.tui.commands.options import engine_options, session_options
+from batchtop.core_engine.session.stop import Terminated, exit_status, raise_terminated
+from batchtop.tui.commands.options import SEED, engine_options, session_options
 
 CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 
 
-@click.group(invoke_without_command=True, context_settings=CONTEXT)
+class Batchtop(click.Group):
+    """Ctrl-C or SIGTERM outside a run (loading a model, measuring the machine) exits 130 / 143 with
+    one line, not click's "Aborted!"; during a run the driver stops at a step boundary instead."""
+
+    def invoke(self, ctx: click.Context):
+        if threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGTERM, raise_terminated)
+        try:
+            return super().invoke(ctx)
+        except KeyboardInterrupt as exc:
+            signum = signal.SIGTERM if isinstance(exc, Terminated) else signal.SIGINT
+            click.echo(f"batchtop: stopped by {signum.name}", err=True)
+            sys.exit(exit_status(signum))
+
+
+@click.group(cls=Batchtop, invoke_without_command=True, context_settings=CONTEXT)
 @engine_options
 @session_options
 @click.option("--theme", type=click.Choice(["dark", "light", "colourblind"]), default="dark", show_default=True,
@@ -109,7 +129,7 @@ def replay(trace: str, headless: bool, output: str | None, speed: float, theme: 
               help="Tokens of context per sequence.")
 @click.option("--steps", type=click.IntRange(min=2), default=8, show_default=True,
               help="Measured decode steps per batch size.")
-@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--seed", type=SEED, default=0, show_default=True)
 @click.option("--from-trace", type=str, default=None, metavar="TRACE",
               help="Fit to the steps of a recorded session (from --record, on any device) instead of measuring here.")
 def calibrate(output: str, **opts) -> None:
@@ -127,7 +147,7 @@ def calibrate(output: str, **opts) -> None:
 @click.argument("out_dir", metavar="DIR")
 @click.option("--model", type=click.Choice(list(PRESETS)), default="cpu-demo", show_default=True,
               help="The preset to export.")
-@click.option("--seed", type=int, default=0, show_default=True, help="The engine's weight seed (--seed there).")
+@click.option("--seed", type=SEED, default=0, show_default=True, help="The engine's weight seed (--seed there).")
 @click.option("--dtype", type=click.Choice(["float32", "bfloat16"]), default="float32", show_default=True,
               help="Weights on disk; float32 is exact for the engine at any dtype.")
 def export_checkpoint(out_dir: str, model: str, seed: int, dtype: str) -> None:

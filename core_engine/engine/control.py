@@ -18,6 +18,19 @@ class SetMaxNumSeqs:
 
 
 @dataclass(frozen=True, slots=True)
+class ToggleMode:
+    """static <-> continuous from the mode in force when it is applied, so two quick presses cancel."""
+
+
+@dataclass(frozen=True, slots=True)
+class ChangeMaxNumSeqs:
+    """max_num_seqs x multiply + add, from the value in force when applied: fifty quick `+` presses add
+    fifty. Clamped to 1..min(4096, max_num_batched_tokens)."""
+    add: int = 0
+    multiply: float = 1.0
+
+
+@dataclass(frozen=True, slots=True)
 class AddRequests:
     requests: tuple[Request, ...]  # each one's arrival_s is an offset from the base below
     source: str = "burst"  # the control event's name in snapshots and traces ("http" for served requests)
@@ -34,4 +47,4 @@ class Reset:
     """Forget all state and start the loaded workload again from t=0."""
 
 
-Command = SetMode | SetMaxNumSeqs | AddRequests | Abort | Reset
+Command = SetMode | ToggleMode | SetMaxNumSeqs | ChangeMaxNumSeqs | AddRequests | Abort | Reset

@@ -11,7 +11,7 @@ import time
 from collections.abc import Callable, Iterable
 
 from batchtop.core_engine.engine import control
-from batchtop.core_engine.config import MODES, EngineConfig
+from batchtop.core_engine.config import MAX_NUM_SEQS_LIMIT, MODES, EngineConfig
 from batchtop.core_engine.engine.arrivals import ArrivalQueue
 from batchtop.core_engine.engine.validation import validate_max_num_seqs, validate_request
 from batchtop.core_engine.errors import InvalidRequest
@@ -69,6 +69,11 @@ class Engine:
     def max_num_seqs(self) -> int:
         return self.scheduler.max_num_seqs
 
+    @property
+    def max_num_seqs_cap(self) -> int:
+        """The most slots a live change may ask for: every running sequence's decode fits one step."""
+        return min(MAX_NUM_SEQS_LIMIT, self.config.max_num_batched_tokens)
+
     def load_workload(self, requests: Iterable[Request]) -> None:
         """Requests arrive at their arrival_s; Reset replays the same list from the start."""
         requests = tuple(requests)
@@ -108,7 +113,7 @@ class Engine:
         if isinstance(command, control.SetMode) and command.mode not in MODES:
             raise ValueError(f"mode must be one of {', '.join(MODES)}, got {command.mode!r}")
         if isinstance(command, control.SetMaxNumSeqs):
-            validate_max_num_seqs(command.value)
+            validate_max_num_seqs(command.value, self.config.max_num_batched_tokens)
         self._controls.put(command)
 
     def apply_pending(self) -> bool:
@@ -127,9 +132,14 @@ class Engine:
             if cmd.mode != self.mode:
                 self.scheduler.policy = make_policy(cmd.mode)
             self.step_controls.append(("mode", cmd.mode))
+        elif isinstance(cmd, control.ToggleMode):
+            self.apply(control.SetMode("static" if self.mode == "continuous" else "continuous"))
         elif isinstance(cmd, control.SetMaxNumSeqs):
-            self.scheduler.max_num_seqs = validate_max_num_seqs(cmd.value)
+            self.scheduler.max_num_seqs = validate_max_num_seqs(cmd.value, self.config.max_num_batched_tokens)
             self.step_controls.append(("max_num_seqs", cmd.value))
+        elif isinstance(cmd, control.ChangeMaxNumSeqs):
+            value = int(self.max_num_seqs * cmd.multiply) + cmd.add
+            self.apply(control.SetMaxNumSeqs(max(1, min(self.max_num_seqs_cap, value))))
         elif isinstance(cmd, control.AddRequests):
             self._arrivals.push(cmd.requests, self.now() if cmd.arrival_s is None else cmd.arrival_s)
             self.step_controls.append((cmd.source, len(cmd.requests)))
@@ -164,9 +174,9 @@ class Engine:
         """Run one forward step. When there is nothing to run (idle until the next arrival) the
         snapshot is a view between steps: `is_step` is False and it carries only what changed."""
         t_start = self._clock()
+        self.apply_pending()  # may hold a Reset, which restarts the run clock
         if self._t0 is None:
             self._t0 = t_start
-        self.apply_pending()
         self._admit_arrivals()
         plan = self.scheduler.schedule()
         t_sched = self._clock()

@@ -6,6 +6,7 @@ engine's virtual clock jumps to them instead), and lets its Session play a scrip
 
 from __future__ import annotations
 
+import signal
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -14,6 +15,7 @@ from batchtop.core_engine.engine.engine import Engine
 from batchtop.core_engine.measure.metrics import MetricsCollector
 from batchtop.core_engine.engine.request import Request
 from batchtop.core_engine.session.session import Session
+from batchtop.core_engine.session.stop import StopRequest, Terminated
 from batchtop.core_engine.engine.snapshot import StepSnapshot
 from batchtop.core_engine.simulate.clock import VirtualClock
 
@@ -27,6 +29,7 @@ class RunResult:
     error: BaseException | None = None
     interrupted: bool = False
     stopped_by_script: bool = False
+    signal: int | None = None  # the signal that interrupted it (SIGINT, SIGTERM)
 
     @property
     def end_reason(self) -> str:
@@ -48,32 +51,45 @@ def idle_wait(engine: Engine) -> Callable[[float], None]:
 def drive(engine: Engine, session: Session | None = None, *,
           on_step: Callable[[StepSnapshot], None] | None = None,
           sleep: Callable[[float], None] | None = None) -> RunResult:
-    """Step until the workload is done (or the script quits); never raises for an engine error or Ctrl-C."""
+    """Step until the workload is done (or the script quits); never raises for an engine error or Ctrl-C.
+
+    Ctrl-C and SIGTERM stop it at the next step boundary (see session.stop)."""
     session = session or Session(engine, [])
     sleep = sleep or idle_wait(engine)
     result = RunResult(MetricsCollector())
+    stop = StopRequest()
     try:
-        while not engine.is_done():
-            session.before_step()
-            if session.quit_requested:
-                result.complete, result.stopped_by_script = False, True
-                break
-            snap = engine.step()
-            session.after_step(snap)
-            result.collector.observe(snap)
-            if on_step is not None:
-                on_step(snap)
-            if not snap.is_step:
-                wait = session.seconds_until_next_event()
-                if wait:
-                    sleep(wait)
-    except KeyboardInterrupt:
+        with stop.installed():
+            _loop(engine, session, result, stop, on_step, sleep)
+    except KeyboardInterrupt as exc:  # a second Ctrl-C, or a run outside the main thread
         result.complete, result.interrupted = False, True
+        result.signal = signal.SIGTERM if isinstance(exc, Terminated) else stop.signal or signal.SIGINT
     except Exception as exc:  # an engine failure: report it, keep what was measured
         result.complete, result.error = False, exc
     error = None if result.error is None else f"{type(result.error).__name__}: {result.error}"
     session.close(result.end_reason, error)
     return result
+
+
+def _loop(engine: Engine, session: Session, result: RunResult, stop: StopRequest,
+          on_step: Callable[[StepSnapshot], None] | None, sleep: Callable[[float], None]) -> None:
+    while not engine.is_done():
+        if stop:
+            result.complete, result.interrupted, result.signal = False, True, stop.signal
+            return
+        session.before_step()
+        if session.quit_requested:
+            result.complete, result.stopped_by_script = False, True
+            return
+        snap = engine.step()
+        session.after_step(snap)
+        result.collector.observe(snap)
+        if on_step is not None:
+            on_step(snap)
+        if not snap.is_step:
+            wait = session.seconds_until_next_event()
+            if wait:
+                sleep(wait)
 
 
 def run_workload(engine: Engine, requests: list[Request], session: Session | None = None, **kwargs) -> RunResult:

@@ -12,6 +12,7 @@ know are skipped with one warning.
 from __future__ import annotations
 
 import datetime
+import errno
 import gzip
 import io
 import json
@@ -82,7 +83,11 @@ class Recorder:
             self._gz.flush(zlib.Z_SYNC_FLUSH)  # a reader sees every complete line even before close
         self._raw.flush()
         if sync:
-            os.fsync(self._raw.fileno())
+            try:
+                os.fsync(self._raw.fileno())
+            except OSError as exc:  # a FIFO, a terminal or /dev/null has nothing to sync
+                if exc.errno not in (errno.EINVAL, errno.ENOTSUP, errno.EROFS):
+                    raise
 
     def error(self, message: str) -> None:
         if not self.closed:

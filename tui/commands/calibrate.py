@@ -22,7 +22,7 @@ from batchtop.core_engine.simulate.fit import Fit, fit_calibration, predict
 from batchtop.core_engine.measure.decode_sweep import StepSample, batch_medians, decode_sweep
 from batchtop.tui.commands.headless import note
 from batchtop.tui.commands.options import bad_input_exits
-from batchtop.tui.commands.output import check_writable, write_json
+from batchtop.tui.commands.output import check_distinct, check_writable, deliver_json
 
 
 def parse_batches(text: str) -> list[int]:
@@ -86,6 +86,7 @@ def fit_table(fit: Fit, samples: list[StepSample], peaks: DevicePeaks) -> Table:
 def run_calibrate(opts: dict, output: str) -> None:
     with bad_input_exits():
         check_writable(output)
+        check_distinct({"--output": output}, {"--from-trace": opts["from_trace"]})
         if opts["from_trace"] is not None:
             samples, peaks, fitted_on = recorded_steps(opts["from_trace"])
         else:
@@ -96,6 +97,8 @@ def run_calibrate(opts: dict, output: str) -> None:
         if hi / lo > 1.05:
             note(f"{name}: any value in {lo:.2f}..{hi:.2f} fits these steps equally well (they never met "
                  f"that roof); kept {getattr(cal, name):.2f}, the nearest to the default")
-    write_json({"schema": CALIBRATION_SCHEMA, **cal.constants(), "fitted_on": {**fitted_on, "peaks": peaks.as_dict()},
-                "fit": fit.as_dict(), "samples": [s.as_dict() for s in samples]}, output)
+    doc = {"schema": CALIBRATION_SCHEMA, **cal.constants(), "fitted_on": {**fitted_on, "peaks": peaks.as_dict()},
+           "fit": fit.as_dict(), "samples": [s.as_dict() for s in samples]}
+    if not deliver_json(doc, output):
+        sys.exit(1)
     Console(file=sys.stderr if output == "-" else sys.stdout).print(fit_table(fit, samples, peaks))

@@ -10,7 +10,8 @@ from rich.table import Table
 from batchtop.core_engine.engine.engine import Engine
 from batchtop.tui.commands.headless import build_engine, exit_code, load_peaks, metrics_document, run_and_report
 from batchtop.tui.commands.options import bad_input_exits, build_setup
-from batchtop.tui.commands.output import check_writable, write_json
+from batchtop.tui.commands.options import EXIT_ENGINE_FAILURE
+from batchtop.tui.commands.output import deliver_json
 
 COMPARE_SCHEMA = "batchtop.compare/1"
 
@@ -77,9 +78,9 @@ def compare_table(static: dict, continuous: dict, verdict: str) -> Table:
 def run_compare(opts: dict, output: str) -> None:
     with bad_input_exits():
         # Closed loop by default: with arrivals spread out both policies would just keep pace.
-        setup = build_setup(opts, time_scale=0.0 if opts["time_scale"] is None else opts["time_scale"],
+        setup = build_setup(opts, output=output,
+                            time_scale=0.0 if opts["time_scale"] is None else opts["time_scale"],
                             num_requests=opts["num_requests"] or 256)
-        check_writable(output)
     first = build_engine(setup)  # one model, reused: both runs see the same weights (or the same simulation)
     peaks = load_peaks(setup)
     docs = {}
@@ -90,9 +91,10 @@ def run_compare(opts: dict, output: str) -> None:
         docs[mode] = metrics_document(result, setup, config.as_dict(), peaks)
         code = exit_code(result)
         if code:
-            write_json({"schema": COMPARE_SCHEMA, **docs, "speedup": None}, output)
+            deliver_json({"schema": COMPARE_SCHEMA, **docs, "speedup": None}, output)
             sys.exit(code)
     speedup, verdict = speedup_of(docs["static"], docs["continuous"])
-    write_json({"schema": COMPARE_SCHEMA, **docs, "speedup": speedup}, output)
+    if not deliver_json({"schema": COMPARE_SCHEMA, **docs, "speedup": speedup}, output):
+        sys.exit(EXIT_ENGINE_FAILURE)
     Console(file=sys.stderr if output in (None, "-") else sys.stdout).print(
         compare_table(docs["static"], docs["continuous"], verdict))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import signal
 import sys
 import traceback
 
@@ -11,10 +12,11 @@ from batchtop.core_engine.measure.device_peaks import DevicePeaks, device_peaks
 from batchtop.core_engine.engine.engine import Engine
 from batchtop.core_engine.session.driver import RunResult, run_workload
 from batchtop.core_engine.session.session import Session
+from batchtop.core_engine.session.stop import exit_status
 from batchtop.core_engine.engine.snapshot import StepSnapshot
-from batchtop.tui.commands.options import (EXIT_ENGINE_FAILURE, EXIT_INTERRUPTED, Setup, bad_input_exits, build_setup,
+from batchtop.tui.commands.options import (EXIT_ENGINE_FAILURE, Setup, bad_input_exits, build_setup,
                          workload_info)
-from batchtop.tui.commands.output import check_writable, write_json
+from batchtop.tui.commands.output import deliver_json
 from batchtop.tui.commands.progress import StderrProgress
 
 
@@ -82,6 +84,7 @@ def metrics_document(result: RunResult, setup: Setup, config_dict: dict, peaks: 
         doc["error"] = f"{type(result.error).__name__}: {result.error}"
     elif result.interrupted:
         doc["error"] = "interrupted"
+        doc["interrupted_by"] = signal.Signals(result.signal or signal.SIGINT).name
     elif result.stopped_by_script:
         doc["stopped_by"] = "script"
     return doc
@@ -92,20 +95,21 @@ def exit_code(result: RunResult) -> int:
         note("engine failure: " + "".join(traceback.format_exception(result.error)).rstrip())
         return EXIT_ENGINE_FAILURE
     if result.interrupted:
-        note("interrupted: metrics cover what finished so far (complete: false)")
-        return EXIT_INTERRUPTED
+        name = signal.Signals(result.signal or signal.SIGINT).name
+        note(f"interrupted by {name}: metrics cover what finished so far (complete: false)")
+        return exit_status(result.signal or signal.SIGINT)
     return 0
 
 
 def run_headless(opts: dict, output: str | None) -> None:
     with bad_input_exits():
-        setup = build_setup(opts)
-        check_writable(output)
+        setup = build_setup(opts, output=output)
     engine = build_engine(setup)
     setup = pace_workload(setup, engine)
     peaks = load_peaks(setup)
     result = run_and_report(engine, setup, session=setup.open_session(engine, peaks))
     if setup.record:
         note(f"recorded {setup.record}")
-    write_json(metrics_document(result, setup, engine.config.as_dict(), peaks), output)
-    sys.exit(exit_code(result))
+    written = deliver_json(metrics_document(result, setup, engine.config.as_dict(), peaks), output)
+    code = exit_code(result)
+    sys.exit(code or (0 if written else EXIT_ENGINE_FAILURE))

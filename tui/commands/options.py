@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import math
 import sys
 from pathlib import Path
 from collections.abc import Callable, Iterator
@@ -11,7 +12,7 @@ from dataclasses import dataclass, replace
 
 import click
 
-from batchtop.core_engine.config import MODES, PRESETS, EngineConfig
+from batchtop.core_engine.config import MAX_NUM_SEQS_LIMIT, MAX_SEED, MODES, PRESETS, EngineConfig
 from batchtop.core_engine.measure.device_peaks import DevicePeaks
 from batchtop.core_engine.engine.engine import Engine
 from batchtop.core_engine.errors import BadInput, ConfigError
@@ -27,24 +28,49 @@ from batchtop.core_engine.session.workload import WorkloadSpec, load_workload
 from batchtop.core_engine.simulate.calibration import DEFAULT, load_calibration
 from batchtop.core_engine.simulate.device import simulated_device
 from batchtop.core_engine.simulate.simulation import Simulation
+from batchtop.tui.commands.output import check_distinct, check_writable
 
 EXIT_ENGINE_FAILURE = 1
 EXIT_BAD_INPUT = 2
 EXIT_INTERRUPTED = 130
 
+class Finite(click.ParamType):
+    """A real number in a range: inf and nan are refused by name (click's FloatRange lets nan through)."""
+
+    name = "float"
+
+    def __init__(self, min: float | None = None, max: float | None = None, min_open: bool = False) -> None:
+        self.min, self.max, self.min_open = min, max, min_open
+
+    def convert(self, value, param, ctx) -> float:
+        try:
+            number = float(value)
+        except (TypeError, ValueError):
+            self.fail(f"{value!r} is not a number", param, ctx)
+        if not math.isfinite(number):
+            self.fail(f"{value!r} is not a finite number", param, ctx)
+        if self.min is not None and (number < self.min or (self.min_open and number == self.min)):
+            self.fail(f"{value} must be {'>' if self.min_open else '>='} {self.min:g}", param, ctx)
+        if self.max is not None and number > self.max:
+            self.fail(f"{value} must be <= {self.max:g}", param, ctx)
+        return number
+
+
 POSITIVE = click.IntRange(min=1)
+SCALE = Finite(0.0, min_open=True)
+SEED = click.IntRange(0, MAX_SEED)
 DEMOS_DIR = Path(__file__).parent.parent / "demos"
 _OPTIONS = [
     click.option("--mode", type=click.Choice(MODES), default="continuous", show_default=True,
                  help="Batching policy at start (toggle live with `s` in the dashboard)."),
-    click.option("--max-num-seqs", type=POSITIVE, default=None,
+    click.option("--max-num-seqs", type=click.IntRange(1, MAX_NUM_SEQS_LIMIT), default=None,
                  help="Slots: most sequences running at once. [default: 16 on CPU, 128 on GPU]"),
     click.option("--max-num-batched-tokens", type=POSITIVE, default=None,
                  help="Token budget of one step (prefill chunks + decodes). [default: 256 CPU, 2048 GPU]"),
     click.option("--block-size", type=POSITIVE, default=16, show_default=True, help="Tokens per KV block."),
     click.option("--num-kv-blocks", type=POSITIVE, default=None,
                  help="Usable blocks in the KV pool. [default: 512 on CPU; from GPU memory on CUDA]"),
-    click.option("--gpu-memory-utilization", type=float, default=0.9, show_default=True,
+    click.option("--gpu-memory-utilization", type=Finite(0.0, 1.0, min_open=True), default=0.9, show_default=True,
                  help="On CUDA without --num-kv-blocks: share of GPU memory for weights + KV pool."),
     click.option("--model", type=str, default="auto", show_default=True, metavar="PRESET|DIR",
                  help=f"A preset ({', '.join(PRESETS)}: random weights) or a local Hugging Face model directory "
@@ -55,23 +81,23 @@ _OPTIONS = [
     click.option("--device", type=click.Choice(["auto", "cpu", "cuda"]), default="auto", show_default=True),
     click.option("--dtype", type=click.Choice(["auto", "float32", "bfloat16", "float16"]), default="auto",
                  show_default=True, help="auto = bfloat16 on CUDA and on CPUs with AVX512_BF16, else float32."),
-    click.option("--seed", type=int, default=0, show_default=True, help="Seeds weights, prompts and sampling."),
+    click.option("--seed", type=SEED, default=0, show_default=True, help="Seeds weights, prompts and sampling."),
     click.option("--workload", "workload_path", type=str, default=None, metavar="FILE|synthetic",
                  help="JSONL workload, Azure trace CSV or ShareGPT JSON (needs a model directory's tokenizer); "
                       "'synthetic' for generated lognormal lengths. "
                       "[default: the bundled Azure conversation trace sample]"),
     click.option("--num-requests", type=POSITIVE, default=None, help="Keep the first N requests (synthetic: N)."),
-    click.option("--length-scale", type=float, default=None,
+    click.option("--length-scale", type=SCALE, default=None,
                  help="Multiply prompt and output lengths. [default: 1; bundled trace on CPU: 1/16 and 1/4]"),
-    click.option("--prompt-scale", type=float, default=None, help="Multiply prompt lengths (overrides --length-scale)."),
-    click.option("--output-scale", type=float, default=None, help="Multiply output lengths (overrides --length-scale)."),
-    click.option("--time-scale", type=float, default=None,
+    click.option("--prompt-scale", type=SCALE, default=None, help="Multiply prompt lengths (overrides --length-scale)."),
+    click.option("--output-scale", type=SCALE, default=None, help="Multiply output lengths (overrides --length-scale)."),
+    click.option("--time-scale", type=Finite(0.0), default=None,
                  help="Multiply arrival times; 0 = everything arrives at once. [default: 1; the bundled "
                       "trace: paced to this machine's measured capacity, ~80% of slots busy]"),
-    click.option("--rate", type=float, default=0.0, show_default=True,
+    click.option("--rate", type=Finite(0.0), default=0.0, show_default=True,
                  help="Synthetic: Poisson arrivals per second (0 = all at once)."),
-    click.option("--prompt-mean", type=float, default=64.0, show_default=True, help="Synthetic: mean prompt length."),
-    click.option("--output-mean", type=float, default=128.0, show_default=True, help="Synthetic: mean output length."),
+    click.option("--prompt-mean", type=Finite(1.0), default=64.0, show_default=True, help="Synthetic: mean prompt length."),
+    click.option("--output-mean", type=Finite(1.0), default=128.0, show_default=True, help="Synthetic: mean output length."),
     click.option("--simulate", type=str, default=None, metavar="DEVICE",
                  help="What-if: the same scheduler on a simulated device (h200, h100, a100, l4, ... or cpu); "
                       "no model runs, step times come from the roofline model. [default: run for real]"),
@@ -140,9 +166,11 @@ class Setup:
         return replace(self, spec=spec, requests=paced(self.requests, p.time_scale))
 
 
-def build_setup(opts: dict, **overrides) -> Setup:
-    """Validate everything before the (slow) model build, so bad input fails at once."""
+def build_setup(opts: dict, output: str | None = None, **overrides) -> Setup:
+    """Validate everything before the (slow) model build, so bad input fails at once; `output` is the
+    command's -o, checked with --record against each other and against the files read."""
     opts = {**opts, **overrides}
+    check_outputs(opts, output)
     device = simulated_device(opts["simulate"]) if opts.get("simulate") is not None else None
     if device is None and opts.get("calibration") is not None:
         raise ConfigError("--calibration", "only applies to a --simulate run")
@@ -166,14 +194,25 @@ def build_setup(opts: dict, **overrides) -> Setup:
     if opts["ignore_eos"]:
         requests = [replace(r, sampling=replace(r.sampling, ignore_eos=True)) for r in requests]
     script = load_script(opts["script_path"], DEMOS_DIR) if opts.get("script_path") else None
+    for number, action in enumerate(script or (), 1):
+        if action.max_num_seqs is not None and action.max_num_seqs > config.max_num_batched_tokens:
+            raise ConfigError("--script", f"{opts['script_path']}: action {number}: max_num_seqs "
+                                          f"{action.max_num_seqs} is above max_num_batched_tokens "
+                                          f"{config.max_num_batched_tokens}")
     record = opts.get("record")
-    if record is not None:
-        from batchtop.tui.commands.output import check_writable
-        check_writable(record, "--record")
     record_text = bool(opts.get("record_text"))
     if record_text and record is None:
         raise ConfigError("--record-text", "records text into a trace: give --record FILE too")
     return Setup(config, spec, requests, script, record, simulation, record_text, tokenizer)
+
+
+def check_outputs(opts: dict, output: str | None) -> None:
+    """Every output writable where the user pointed it, and none of them a file that is read."""
+    check_writable(output, "--output")
+    check_writable(opts.get("record"), "--record")
+    check_distinct({"--output": output, "--record": opts.get("record")},
+                   {"--workload": opts.get("workload_path"), "--script": opts.get("script_path"),
+                    "--calibration": opts.get("calibration")})
 
 
 def workload_info(spec: WorkloadSpec, requests: list[Request]) -> dict:

@@ -1,34 +1,161 @@
-"""Writing result documents: JSON to a file or stdout, never half-written."""
+"""Where result documents go, and the rules for writing them (README, "Output files").
+
+A new path or an existing regular file is replaced atomically (a reader never sees half a document).
+Anything else a user names is written INTO, never replaced: a symlink is followed (its target is the
+file), a FIFO, a device, /dev/stdout or a `>(...)` process substitution is opened for writing. Every
+check runs before any work starts, so a long run never ends on an unwritable path.
+"""
 
 from __future__ import annotations
 
 import json
 import os
+import stat
 import sys
+import tempfile
+from collections.abc import Mapping
 from pathlib import Path
 
 from batchtop.core_engine.errors import ConfigError
 
+STDOUT = "-"
+
+
+class OutputError(OSError):
+    """Writing a result failed after the run (disk full, a reader that went away); names the path."""
+
+    def __init__(self, path: str, cause: OSError) -> None:
+        super().__init__(cause.errno, f"cannot write {path}: {cause.strerror or cause}")
+        self.path = path
+
+    def __str__(self) -> str:
+        return self.strerror
+
+
+def _target(path: str) -> os.stat_result | None:
+    """What the path points at, symlinks followed; None for a new path (or a dangling symlink)."""
+    try:
+        return os.stat(path)
+    except FileNotFoundError:
+        return None
+
 
 def check_writable(path: str | None, option: str = "--output") -> None:
-    """Fail before the run, not after it, when the output cannot be written."""
-    if path is None or path == "-":
+    """Fail before the run, not after it, when the output cannot be written where the user asked."""
+    if path is None or path == STDOUT:
         return
-    parent = Path(path).resolve().parent
-    if not parent.is_dir():
-        raise ConfigError(option, f"directory {parent} does not exist")
-    if Path(path).is_dir():
+    try:
+        st = _target(path)
+    except OSError as exc:
+        raise ConfigError(option, f"{path}: {exc.strerror or exc}") from None
+    if st is None:
+        parent = Path(os.path.realpath(path)).parent
+        if not parent.is_dir():
+            raise ConfigError(option, f"directory {parent} does not exist")
+        if not os.access(parent, os.W_OK):
+            raise ConfigError(option, f"directory {parent} is not writable")
+        return
+    if stat.S_ISDIR(st.st_mode):
         raise ConfigError(option, f"{path} is a directory")
-    if not os.access(parent, os.W_OK):
-        raise ConfigError(option, f"directory {parent} is not writable")
+    # root passes every access() check: the mode bits say what the owner meant
+    if not os.access(path, os.W_OK) or (stat.S_ISREG(st.st_mode) and not st.st_mode & 0o222):
+        raise ConfigError(option, f"{path} is read-only; it is not replaced (choose another path or chmod it)")
+
+
+def _identity(path: str) -> tuple:
+    st = _target(path)
+    return (st.st_dev, st.st_ino) if st is not None else ("new", os.path.realpath(path))
+
+
+def check_distinct(outputs: Mapping[str, str | None], inputs: Mapping[str, str | None] = {}) -> None:
+    """No output may be another output or an input: -o onto --workload would destroy the workload.
+
+    /dev/null may take any number of outputs; stdout ('-') may take only one."""
+    seen: dict[tuple, str] = {}
+    for option, path in [*inputs.items(), *outputs.items()]:
+        if path is None or path in ("synthetic", "teaching") and option in inputs:
+            continue
+        if path == STDOUT:
+            key: tuple = ("stdout",)
+        elif os.path.exists(path) and os.path.samefile(path, os.devnull):
+            continue
+        else:
+            try:
+                key = _identity(path)
+            except OSError:
+                continue  # check_writable names what is wrong with it
+        if key in seen:
+            raise ConfigError(option, f"{path} is the same file as {seen[key]}: refusing to write over it")
+        seen[key] = f"{option} {path}"
+
+
+def write_text(text: str, path: str | None) -> None:
+    """Write a whole document where the user asked; raises OutputError naming the path on failure."""
+    if path is None or path == STDOUT:
+        try:
+            sys.stdout.write(text)
+            sys.stdout.flush()
+        except OSError as exc:
+            raise OutputError("stdout", exc) from None
+        return
+    try:
+        st = _target(path)
+        if st is not None and not stat.S_ISREG(st.st_mode):
+            with open(path, "w", encoding="utf-8") as f:  # a FIFO, a device, a terminal: write into it
+                f.write(text)
+            return
+        _replace_atomically(os.path.realpath(path), text, st)
+    except OSError as exc:
+        raise OutputError(path, exc) from None
+
+
+def _replace_atomically(real: str, text: str, st: os.stat_result | None) -> None:
+    """A temporary file beside the target, renamed over it; the target keeps its permission bits."""
+    parent = os.path.dirname(real)
+    if st is not None and not os.access(parent, os.W_OK):
+        with open(real, "w", encoding="utf-8") as f:  # a writable file in a read-only folder
+            f.write(text)
+        return
+    fd, tmp = tempfile.mkstemp(dir=parent, prefix=f".{os.path.basename(real)}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        mode = stat.S_IMODE(st.st_mode) if st is not None else 0o666 & ~_umask()
+        os.chmod(tmp, mode)
+        os.replace(tmp, real)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+def json_text(doc: dict) -> str:
+    """allow_nan=False: a NaN or an Infinity is a bug upstream, never a token in a user's JSON file."""
+    return json.dumps(doc, indent=2, sort_keys=False, allow_nan=False) + "\n"
 
 
 def write_json(doc: dict, path: str | None) -> None:
-    text = json.dumps(doc, indent=2, sort_keys=False) + "\n"
-    if path is None or path == "-":
-        sys.stdout.write(text)
-        sys.stdout.flush()
-        return
-    tmp = Path(path).with_name(Path(path).name + ".tmp")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, path)
+    write_text(json_text(doc), path)
+
+
+def deliver_json(doc: dict, path: str | None) -> bool:
+    """Write a run's result; when that fails (disk full, a closed pipe) the document goes to stderr
+    instead, with the error naming the path, so the run is never lost. False: the caller exits 1."""
+    text = json_text(doc)
+    try:
+        write_text(text, path)
+        return True
+    except OutputError as exc:
+        if exc.path == "stdout":  # nobody reads stdout any more: keep Python's exit flush from failing too
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        sys.stderr.write(text)
+        sys.stderr.write(f"Error: {exc}; the document is printed above, on stderr\n")
+        sys.stderr.flush()
+        return False

@@ -11,7 +11,7 @@ from batchtop.core_engine.session.trace import Trace, TraceError, read_trace
 from batchtop.core_engine.session.trace_schema import HeaderError, engine_header
 from batchtop.tui.commands.headless import note
 from batchtop.tui.commands.options import bad_input_exits
-from batchtop.tui.commands.output import check_writable, write_json
+from batchtop.tui.commands.output import check_distinct, check_writable, deliver_json
 
 
 def recorded_engine(trace: Trace) -> tuple[EngineConfig, DevicePeaks | None]:
@@ -46,6 +46,7 @@ def run_replay(path: str, *, headless: bool, output: str | None, speed: float, t
             from batchtop.tui.commands.attach_replay import run_attach_replay
             return run_attach_replay(trace, headless=headless, output=output, speed=speed, theme=theme)
         check_writable(output)
+        check_distinct({"--output": output}, {"TRACE": path})
         config, peaks = recorded_engine(trace)
         for warning in trace.warnings:
             note(f"warning: {warning}")
@@ -55,8 +56,7 @@ def run_replay(path: str, *, headless: bool, output: str | None, speed: float, t
             from batchtop.tui.replay_source import ReplaySource
             source = ReplaySource(trace, speed=speed)
     if headless:
-        write_json(doc, output)
-        return
+        sys.exit(0 if deliver_json(doc, output) else 1)
     from batchtop.tui.replay_app import ReplayApp  # Textual loads only here
     from batchtop.tui.widgets.waiting import arrivals_label
 
