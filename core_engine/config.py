@@ -159,6 +159,7 @@ class EngineConfig:
     block_size: int = 16  # tokens per KV block
     num_kv_blocks: int = 256  # usable blocks in the paged pool
     seed: int = 0
+    enforce_eager: bool = False  # CUDA: run decode steps eagerly instead of replaying captured CUDA graphs
     extra: dict = field(default_factory=dict, compare=False)  # free-form provenance for metrics
 
     def __post_init__(self) -> None:

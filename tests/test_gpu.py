@@ -51,3 +51,42 @@ def test_this_gpu_has_datasheet_roofs_with_a_ridge_far_right_of_a_cpus():
     if peaks is None:
         pytest.skip(f"{name} is not in the datasheet table")
     assert peaks.ridge_flop_per_byte > 50  # batching stays nearly free into the hundreds on a GPU
+
+
+def test_the_triton_decode_kernel_on_cuda_matches_the_reference():
+    from batchtop.gpu_kernels import triton_decode
+    if not triton_decode.available():
+        pytest.skip("triton is not installed")
+    gen = torch.Generator().manual_seed(2)
+    k_cache, v_cache, table, _, _ = scattered_pool(70, 16, gen)
+    tables = table[None, :].repeat(3, 1)
+    lengths = torch.tensor([70, 33, 1])
+    q = torch.randn(3, NH, HD, generator=gen)
+    want = paged_decode_attention(q, k_cache, v_cache, tables, lengths, HD ** -0.5)
+    got = triton_decode.paged_decode_attention_triton(*(t.cuda() for t in (q, k_cache, v_cache, tables, lengths)),
+                                                      HD ** -0.5)
+    torch.testing.assert_close(got.cpu(), want, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("mode", ["continuous", "static"])
+def test_cuda_graph_replays_give_the_eager_tokens(mode):
+    from batchtop.core_engine.engine.request import SamplingParams
+    requests = make_requests(10, seed=7, prompt=(2, 30), output=(4, 24))
+    requests[0] = requests[0].__class__(requests[0].id, requests[0].prompt_token_ids, requests[0].max_tokens,
+                                        sampling=SamplingParams(temperature=0.9, top_p=0.8, seed=5))
+    graphed = Engine(tiny_config(device="cuda", mode=mode, max_num_seqs=6))
+    eager = Engine(tiny_config(device="cuda", mode=mode, max_num_seqs=6, enforce_eager=True))
+    assert graphed.runner.graphs is not None and eager.runner.graphs is None
+    with_graphs, _, _ = run_all(graphed, requests)
+    without, _, _ = run_all(eager, requests)
+    assert graphed.runner.graphs.replays > 10
+    assert with_graphs == without
+
+
+def test_seeded_sampling_on_cuda_does_not_depend_on_the_batch():
+    from batchtop.core_engine.engine.request import Request, SamplingParams
+    target = Request("t", tuple(range(3, 15)), 20, sampling=SamplingParams(temperature=1.0, top_p=0.9, seed=11))
+    alone, _, _ = run_all(Engine(tiny_config(device="cuda", max_num_seqs=1)), [target])
+    crowd, _, _ = run_all(Engine(tiny_config(device="cuda", max_num_seqs=6)),
+                          [*make_requests(5, seed=2, prompt=(2, 20), output=(5, 25)), target])
+    assert alone["t"] == crowd["t"]

@@ -11,9 +11,11 @@ from batchtop.core_engine.device import DTYPES
 from batchtop.core_engine.model.checkpoint import load_model
 from batchtop.core_engine.model.llama import AttentionBatch, PrefillChunk, build_model
 from batchtop.core_engine.engine.request import Sequence
+from batchtop.core_engine.engine.decode_graphs import DecodeGraphs, bucket_sizes
 from batchtop.core_engine.engine.input_buffers import DecodeTables, StagedInputs
 from batchtop.core_engine.engine.sampler import MASK32, Sampler, SamplingBatch, request_seed
 from batchtop.core_engine.engine.scheduler import SchedulerOutput
+from batchtop.gpu_kernels import uses_triton
 
 PAD_TOKEN_ID = 0  # what a static batch's prompt padding feeds; its outputs are never read
 
@@ -29,7 +31,9 @@ class PreparedBatch:
 
 
 class ModelRunner:
-    def __init__(self, config: EngineConfig) -> None:
+    def __init__(self, config: EngineConfig, bucketed_decode: bool | None = None) -> None:
+        """bucketed_decode: run pure decode steps through DecodeGraphs (None: on CUDA with the Triton
+        kernel unless config.enforce_eager; True on a CPU runs the padded buckets eagerly, for tests)."""
         self.config = config
         self.device = torch.device(config.device)
         self.dtype = DTYPES[config.dtype]
@@ -49,6 +53,15 @@ class ModelRunner:
         self.staged = StagedInputs(self.device, 4 * (config.max_num_batched_tokens + config.max_num_seqs) + 1024)
         max_blocks = min(-(-config.max_model_len // config.block_size), config.num_kv_blocks)
         self.decode_tables = DecodeTables(self.device, config.max_num_seqs, max_blocks, self.scratch_block)
+        capture = self.device.type == "cuda" and uses_triton(self.device)
+        if bucketed_decode is None:
+            bucketed_decode = capture and not config.enforce_eager
+        self.graphs = None
+        if bucketed_decode:
+            self.graphs = DecodeGraphs(self.model, self.kv_caches, max_blocks, self.scratch_block, self.block_size,
+                                       bucket_sizes(config.max_num_seqs), self.device, capture=capture)
+            if capture:
+                self.graphs.capture_all()
 
     def _slot(self, seq: Sequence, pos: int) -> int:
         return seq.block_table[pos // self.block_size] * self.block_size + pos % self.block_size
@@ -158,7 +171,12 @@ class ModelRunner:
     def run(self, batch: PreparedBatch) -> list[tuple[Sequence, int]]:
         """One forward over the whole batch, then one sampled token per completed sequence: the
         step's one device-to-host read."""
-        logits = self.model(batch.input_ids, batch.positions, batch.attention, batch.logits_rows)
+        bucket = self.graphs.fits(batch.attention, batch.input_ids.shape[0]) if self.graphs else None
+        if bucket is None:
+            logits = self.model(batch.input_ids, batch.positions, batch.attention, batch.logits_rows)
+        else:
+            logits = self.graphs.run(bucket, batch.input_ids, batch.positions, batch.attention,
+                                     self.decode_tables.table, batch.logits_rows)
         n = len(batch.sampled_seqs)
         tokens = self.sampler.sample(logits[:n], batch.sampled_seqs, batch.sampling).tolist() if n else []
         return list(zip(batch.sampled_seqs, tokens))

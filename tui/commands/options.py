@@ -82,6 +82,8 @@ _OPTIONS = [
     click.option("--dtype", type=click.Choice(["auto", "float32", "bfloat16", "float16"]), default="auto",
                  show_default=True, help="auto = bfloat16 on CUDA and on CPUs with AVX512_BF16, else float32."),
     click.option("--seed", type=SEED, default=0, show_default=True, help="Seeds weights, prompts and sampling."),
+    click.option("--enforce-eager", is_flag=True,
+                 help="CUDA: run every decode step eagerly (no CUDA graphs captured per batch-size bucket)."),
     click.option("--workload", "workload_path", type=str, default=None, metavar="FILE|synthetic",
                  help="JSONL workload, Azure trace CSV or ShareGPT JSON (needs a model directory's tokenizer); "
                       "'synthetic' for generated lognormal lengths. "
@@ -179,6 +181,8 @@ def build_setup(opts: dict, output: str | None = None, **overrides) -> Setup:
         max_num_seqs=opts["max_num_seqs"], max_num_batched_tokens=opts["max_num_batched_tokens"],
         block_size=opts["block_size"], num_kv_blocks=opts["num_kv_blocks"],
         gpu_memory_utilization=opts["gpu_memory_utilization"], seed=opts["seed"], simulate=device)
+    if opts.get("enforce_eager"):
+        config = config.with_(enforce_eager=True)
     simulation = None
     if device is not None:
         calibration = load_calibration(opts["calibration"]) if opts.get("calibration") is not None else DEFAULT
