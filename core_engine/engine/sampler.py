@@ -46,7 +46,7 @@ def request_seed(seq: Sequence, engine_seed: int) -> int:
     return (engine_seed * SEED_STRIDE + seq.index if seed is None else seed) & ((1 << 64) - 1)
 
 
-def _mix32(x: torch.Tensor) -> torch.Tensor:
+def _mix32(x):  # a tensor or a Python int: the same bits either way
     x = x ^ (x >> 16)
     x = (x * _MIX) & MASK32
     x = x ^ (x >> 16)
@@ -54,12 +54,12 @@ def _mix32(x: torch.Tensor) -> torch.Tensor:
     return x ^ (x >> 16)
 
 
-def uniforms(batch: SamplingBatch, attempt: int | torch.Tensor, rows: torch.Tensor | None = None) -> torch.Tensor:
+def uniforms(batch: SamplingBatch, attempt: int, rows: torch.Tensor | None = None) -> torch.Tensor:
     """One float32 in [0, 1) per row (24 random bits), a pure function of (seed, counter, attempt)."""
     lo, hi, counter = batch.seed_lo, batch.seed_hi, batch.counter
     if rows is not None:
         lo, hi, counter = lo[rows], hi[rows], counter[rows]
-    h = _mix32((counter & MASK32) ^ _mix32(torch.as_tensor(attempt, device=lo.device) + 0x9E3779B))
+    h = _mix32((counter & MASK32) ^ _mix32(attempt + 0x9E3779B))  # a host int: no copy to the device
     h = _mix32(lo ^ _mix32(hi ^ h))
     return (h >> 8).to(torch.float32) * (1.0 / (1 << 24))
 
@@ -111,7 +111,9 @@ class Sampler:
         """logits (S, vocab) in the model dtype, one row per sequence in seqs -> (S,) long token ids
         on the same device. `batch` holds the rows' parameters on the device (the runner's buffers);
         without it they are built from seqs. Greedy rows are exactly argmax."""
-        greedy = logits.argmax(dim=-1)
+        # max's indices are argmax's (the first maximum), and on CPU 5x faster in bf16 (batch 64, one
+        # thread: 1.8 vs 9.2 ms; aten's bf16 argmax does not vectorise)
+        greedy = logits.max(dim=-1).indices
         if batch is None:
             batch = self.batch_for(seqs, logits.device)
         if batch is None or not batch.any_random:
