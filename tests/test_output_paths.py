@@ -162,3 +162,12 @@ async def test_a_screenshot_is_a_new_file_never_one_already_there(tmp_path, monk
         await pilot.pause()
     assert stat.S_ISFIFO(os.lstat(tmp_path / "batchtop_STAMP.svg").st_mode)
     assert (tmp_path / "batchtop_STAMP-1.svg").read_text().startswith("<svg")
+
+
+def test_stdout_takes_one_output_whatever_it_is_called(tmp_path):
+    proc = subprocess.run([sys.executable, "-m", "batchtop.tui", "--headless", *RUN, "--record", "/dev/stdout"],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2 and "--record: /dev/stdout is the same file as --output -" in proc.stderr
+    result = invoke(["--headless", *RUN, "--record", "-"])
+    assert result.exit_code == 2 and "--record: '-' would mix the trace into stdout" in result.output
+    assert not (tmp_path / "-").exists()

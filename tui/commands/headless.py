@@ -103,7 +103,7 @@ def exit_code(result: RunResult) -> int:
 
 def run_headless(opts: dict, output: str | None) -> None:
     with bad_input_exits():
-        setup = build_setup(opts, output=output)
+        setup = build_setup(opts, output="-" if output is None else output)  # no -o: stdout
     engine = build_engine(setup)
     setup = pace_workload(setup, engine)
     peaks = load_peaks(setup)

@@ -212,6 +212,9 @@ def build_setup(opts: dict, output: str | None = None, **overrides) -> Setup:
 
 def check_outputs(opts: dict, output: str | None) -> None:
     """Every output writable where the user pointed it, and none of them a file that is read."""
+    if opts.get("record") == "-":
+        raise ConfigError("--record", "'-' would mix the trace into stdout or the screen: name a file "
+                                      "(or /dev/stdout, with --headless -o FILE)")
     check_writable(output, "--output")
     check_writable(opts.get("record"), "--record")
     check_distinct({"--output": output, "--record": opts.get("record")},

@@ -62,28 +62,36 @@ def check_writable(path: str | None, option: str = "--output") -> None:
         raise ConfigError(option, f"{path} is read-only; it is not replaced (choose another path or chmod it)")
 
 
-def _identity(path: str) -> tuple:
-    st = _target(path)
-    return (st.st_dev, st.st_ino) if st is not None else ("new", os.path.realpath(path))
+def _identity(path: str) -> tuple | None:
+    """What a path writes to, for same-file checks ('-' is whatever stdout is); None for /dev/null."""
+    if path == STDOUT:
+        try:
+            st: os.stat_result | None = os.fstat(sys.stdout.fileno())
+        except (OSError, ValueError, AttributeError):  # a captured stdout (tests) has no descriptor
+            return ("stdout",)
+    else:
+        st = _target(path)
+    if st is None:
+        return ("new", os.path.realpath(path))
+    if stat.S_ISCHR(st.st_mode) and st.st_rdev == os.stat(os.devnull).st_rdev:
+        return None
+    return (st.st_dev, st.st_ino)
 
 
 def check_distinct(outputs: Mapping[str, str | None], inputs: Mapping[str, str | None] = {}) -> None:
     """No output may be another output or an input: -o onto --workload would destroy the workload.
 
-    /dev/null may take any number of outputs; stdout ('-') may take only one."""
+    /dev/null may take any number of outputs; stdout ('-', /dev/stdout) may take only one."""
     seen: dict[tuple, str] = {}
     for option, path in [*inputs.items(), *outputs.items()]:
         if path is None or path in ("synthetic", "teaching") and option in inputs:
             continue
-        if path == STDOUT:
-            key: tuple = ("stdout",)
-        elif os.path.exists(path) and os.path.samefile(path, os.devnull):
+        try:
+            key = _identity(path)
+        except OSError:
+            continue  # check_writable names what is wrong with it
+        if key is None:
             continue
-        else:
-            try:
-                key = _identity(path)
-            except OSError:
-                continue  # check_writable names what is wrong with it
         if key in seen:
             raise ConfigError(option, f"{path} is the same file as {seen[key]}: refusing to write over it")
         seen[key] = f"{option} {path}"
