@@ -1,0 +1,155 @@
+"""One command for a lent GPU: GPU tests, decode sweeps, compare, roofline fractions, vLLM if present.
+
+    python bench/gpu_suite.py -o suite.json                              # on an H200: gpu-1b and gpu-8b
+    python bench/gpu_suite.py --device cpu --model tiny -o suite.json    # the same path end to end on a CPU
+
+Sections, each timed and each recorded even when it fails (its error goes into the JSON and the
+suite goes on):
+- tests: pytest on tests/test_gpu.py and tests/test_triton_decode.py (passed / failed / skipped).
+- sweep: per model, decode step time at each batch size (CUDA graphs on, as the engine runs), and the
+  same at batch 1 and the largest batch with --enforce-eager, so what the graphs buy is measured.
+- roofline: per model, at batch 1/8/64/256, achieved bytes/s and FLOP/s over the step and the fraction
+  of the roof at that intensity (datasheet roofs on known GPUs, measured on a CPU).
+- compare: `batchtop compare` (static vs continuous) on the first model, its JSON.
+- vllm: bench/peer_vllm.py's throughput mode when this Python imports vllm; else why not.
+Sized to finish within 5 minutes on an H200 (weights are seeded on the device; 6 steps a batch).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+from batchtop.core_engine.engine.engine import Engine
+from batchtop.core_engine.measure.decode_sweep import decode_steps
+from batchtop.core_engine.measure.device_peaks import device_peaks
+from batchtop.core_engine.resolve import resolve_config
+
+ROOT = Path(__file__).resolve().parent.parent
+ROOFLINE_BATCHES = (1, 8, 64, 256)
+
+
+def section(report: dict, name: str, fn) -> None:
+    t0 = time.perf_counter()
+    try:
+        report[name] = fn()
+    except Exception as exc:  # noqa: BLE001 - one broken section must not hide the others' numbers
+        report[name] = {"error": f"{type(exc).__name__}: {exc}"}
+    report[name + "_s"] = round(time.perf_counter() - t0, 1)
+    print(f"{name}: {time.perf_counter() - t0:.0f} s  {json.dumps(report[name])[:300]}", file=sys.stderr, flush=True)
+
+
+def run_tests(timeout: int) -> dict:
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-rs", "tests/test_gpu.py", "tests/test_triton_decode.py"],
+                          cwd=ROOT, capture_output=True, text=True, timeout=timeout)
+    counts = {k: int(n) for n, k in re.findall(r"(\d+) (passed|failed|skipped|errors?)", proc.stdout)}
+    return {"returncode": proc.returncode, **counts, "tail": proc.stdout.strip().splitlines()[-8:]}
+
+
+def sweep_model(model: str, device: str, batches: list[int], context: int, steps: int) -> dict:
+    top = max(batches)
+    config = resolve_config(model=model, device=device, max_num_seqs=top, max_num_batched_tokens=top * context,
+                            num_kv_blocks=top * (-(-(context + steps + 8) // 16)) + 16)
+    peaks = device_peaks(config.device, config.dtype)
+    out = {"model": model, "dtype": config.dtype, "params": config.model.num_params(), "context": context,
+           "peaks": peaks.as_dict(), "batches": {}}
+    runners = {"graphs": Engine(config).runner}
+    runners["eager"] = Engine(config.with_(enforce_eager=True), runner=None).runner if device == "cuda" else None
+    out["graphs_captured"] = runners["graphs"].graphs is not None
+    for batch in batches:
+        snaps = decode_steps(Engine(config.with_(max_num_seqs=batch), runner=runners["graphs"]), batch, context, steps)
+        step = statistics.median(s.step_time_s for s in snaps)
+        fwd = statistics.median(s.forward_s for s in snaps)
+        cost = snaps[len(snaps) // 2].cost
+        row = {"step_ms": 1e3 * step, "forward_ms": 1e3 * fwd, "tok_s": batch / step,
+               "intensity": cost.intensity, "bytes_per_s": cost.bytes / fwd, "flop_per_s": cost.flops / fwd,
+               "fraction_of_roof": cost.flops / fwd / peaks.roof(cost.intensity),
+               "fraction_of_bandwidth": cost.bytes / fwd / peaks.peak_bytes_per_s}
+        if runners["eager"] is not None and batch in (1, top):
+            eager = decode_steps(Engine(config.with_(max_num_seqs=batch, enforce_eager=True), runner=runners["eager"]),
+                                 batch, context, steps)
+            row["eager_step_ms"] = 1e3 * statistics.median(s.step_time_s for s in eager)
+        out["batches"][batch] = row
+    del runners
+    if device == "cuda":
+        torch.cuda.empty_cache()
+    return out
+
+
+def roofline(sweeps: list[dict]) -> dict:
+    return {s["model"]: {b: {k: s["batches"][b][k] for k in ("intensity", "fraction_of_roof", "fraction_of_bandwidth")}
+                         for b in ROOFLINE_BATCHES if b in s["batches"]}
+            for s in sweeps if "batches" in s}
+
+
+def run_compare(model: str, device: str, timeout: int) -> dict:
+    with tempfile.TemporaryDirectory(prefix="batchtop-suite-") as tmp:
+        out = Path(tmp) / "compare.json"
+        proc = subprocess.run([sys.executable, "-m", "batchtop.tui", "compare", "--model", model, "--device", device,
+                               "--workload", "synthetic", "--num-requests", "128" if device == "cuda" else "16",
+                               "--output-mean", "64" if device == "cuda" else "8", "-o", str(out)],
+                              cwd=ROOT, capture_output=True, text=True, timeout=timeout)
+        if proc.returncode:
+            return {"returncode": proc.returncode, "stderr": proc.stderr.strip().splitlines()[-5:]}
+        return json.loads(out.read_text())
+
+
+def run_vllm(model: str, timeout: int) -> dict:
+    try:
+        import vllm  # noqa: F401
+    except ImportError:
+        return {"skipped": "vllm is not installed in this Python"}
+    with tempfile.TemporaryDirectory(prefix="batchtop-suite-") as tmp:
+        out = Path(tmp) / "vllm.json"
+        proc = subprocess.run([sys.executable, "bench/peer_vllm.py", "--mode", "throughput", "--model", model,
+                               "--vllm-python", sys.executable, "--dtypes", "bfloat16", "--rounds", "2",
+                               "--slots", "64", "--num-requests", "256", "--output-mean", "64", "--json", str(out)],
+                              cwd=ROOT, capture_output=True, text=True, timeout=timeout)
+        if proc.returncode or not out.exists():
+            return {"returncode": proc.returncode, "stderr": proc.stderr.strip().splitlines()[-5:]}
+        return json.loads(out.read_text())
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--device", default="cuda", choices=["cuda", "cpu"])
+    ap.add_argument("--model", action="append", help="repeatable [default: gpu-1b and gpu-8b]")
+    ap.add_argument("--batches", default="1,2,4,8,16,32,64,128,256")
+    ap.add_argument("--context", type=int, default=256)
+    ap.add_argument("--steps", type=int, default=6)
+    ap.add_argument("-o", "--output", type=Path, help="the JSON [default: stdout]")
+    args = ap.parse_args()
+    if args.device == "cuda" and not torch.cuda.is_available():
+        sys.exit("gpu_suite: no CUDA device here; run with --device cpu --model tiny to check the suite itself")
+    models = args.model or ["gpu-1b", "gpu-8b"]
+    batches = [int(b) for b in args.batches.split(",")]
+    report: dict = {"format": "batchtop.gpu_suite/1", "device": args.device, "torch": torch.__version__,
+                    "device_name": torch.cuda.get_device_name(0) if args.device == "cuda" else "cpu"}
+    t0 = time.perf_counter()
+    section(report, "tests", lambda: run_tests(240))
+    sweeps: list[dict] = []
+    for model in models:
+        section(report, f"sweep_{model}", lambda m=model: sweep_model(m, args.device, batches, args.context, args.steps))
+        sweeps.append(report[f"sweep_{model}"])
+    section(report, "roofline", lambda: roofline(sweeps))
+    section(report, "compare", lambda: run_compare(models[0], args.device, 240))
+    section(report, "vllm", lambda: run_vllm(models[0], 300))
+    report["total_s"] = round(time.perf_counter() - t0, 1)
+    text = json.dumps(report, indent=2)
+    if args.output:
+        args.output.write_text(text)
+    else:
+        print(text)
+
+
+if __name__ == "__main__":
+    main()
