@@ -17,9 +17,10 @@ from batchtop.core_engine.attach.roofline_point import ModelEstimate
 from batchtop.core_engine.attach.scrape import metrics_url
 from batchtop.core_engine.errors import ConfigError
 from batchtop.core_engine.measure.device_peaks import DevicePeaks
+from batchtop.core_engine.session.stop import Terminated, exit_status
 from batchtop.tui.commands.headless import note
 from batchtop.tui.commands.options import bad_input_exits
-from batchtop.tui.commands.output import check_writable, write_json
+from batchtop.tui.commands.output import check_distinct, check_writable, deliver_json
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,6 +81,7 @@ def prepare(urls: tuple[str, ...], opts: AttachOptions) -> AttachSetup:
         raise ConfigError("--output" if opts.output is not None else "--duration", "only with --headless")
     check_writable(opts.output)
     check_writable(opts.record, "--record")
+    check_distinct({"--output": opts.output if opts.headless else None, "--record": opts.record})
     estimate = None
     if opts.model is not None:
         from batchtop.core_engine.resolve import resolve_model
@@ -96,14 +98,6 @@ def progress_line(frame: AttachFrame) -> str:
             f"{m.waiting or 0:.0f} gen {rate or 0:.0f} tok/s ")
 
 
-class _Terminated(KeyboardInterrupt):
-    """SIGTERM ends the watch as Ctrl-C does (the JSON of what was seen), with its own exit code."""
-
-
-def _terminate(*_) -> None:
-    raise _Terminated
-
-
 def run_headless(setup: AttachSetup) -> int:
     """Scrape every --interval for --duration seconds, then write batchtop.attach/1 JSON."""
     opts = setup.opts
@@ -113,9 +107,8 @@ def run_headless(setup: AttachSetup) -> int:
     frame = monitor.frame()
     complete = False
     tty = sys.stderr.isatty()
-    previous = signal.signal(signal.SIGTERM, _terminate)
-    exit_code = 130
-    try:
+    exit_code = exit_status(signal.SIGINT)
+    try:  # SIGTERM raises Terminated here (see tui.cli): the watch ends as on Ctrl-C, with the JSON of what was seen
         while True:
             results, t = poller.poll()
             frame = monitor.feed(results, t)
@@ -130,20 +123,21 @@ def run_headless(setup: AttachSetup) -> int:
             next_tick = frame.tick * opts.interval
             time.sleep(max(0.0, min(next_tick, opts.duration) - (poller.clock() - poller.t0)))
     except KeyboardInterrupt as exc:
-        exit_code = 143 if isinstance(exc, _Terminated) else 130
+        exit_code = exit_status(signal.SIGTERM if isinstance(exc, Terminated) else signal.SIGINT)
     finally:
-        signal.signal(signal.SIGTERM, previous)
         poller.close()
         if recorder is not None:
             recorder.close(frame.t, "finished" if complete else "interrupted")
         if tty:
             sys.stderr.write("\n")
-    write_json(attach_report(monitor, frame, interval_s=opts.interval, peaks=setup.peaks,
-                             peaks_note=setup.peaks_note, complete=complete), opts.output)
+    written = deliver_json(attach_report(monitor, frame, interval_s=opts.interval, peaks=setup.peaks,
+                                         peaks_note=setup.peaks_note, complete=complete), opts.output)
     for s in frame.replicas:
         if s.status != "LIVE":
             note(f"{s.name}: {s.status}: {s.reason}")
-    return 0 if complete else exit_code
+    if not complete:
+        return exit_code
+    return 0 if written else 1
 
 
 def run_attach(urls: tuple[str, ...], opts: AttachOptions) -> None:
