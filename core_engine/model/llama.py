@@ -74,17 +74,17 @@ def rope_inv_freq(config: ModelConfig) -> torch.Tensor:
 
 def rope_cos_sin(positions: torch.Tensor, inv_freq: torch.Tensor,
                  dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
-    """cos/sin tables (T, head_dim) for the given positions, computed in fp32 as HF does."""
+    """cos and signed sin tables (T, 1, head_dim) for the given positions, computed in fp32 as HF does.
+    The sin table carries rotate_half's sign ([-sin, sin]), so apply_rope needs no negation or cat."""
     freqs = positions.float()[:, None] * inv_freq[None, :]
-    emb = torch.cat((freqs, freqs), dim=-1)
-    return emb.cos().to(dtype), emb.sin().to(dtype)
+    cos, sin = freqs.cos(), freqs.sin()
+    return torch.cat((cos, cos), dim=-1).to(dtype)[:, None, :], torch.cat((-sin, sin), dim=-1).to(dtype)[:, None, :]
 
 
-def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """x: (T, heads, hd); cos/sin: (T, hd)."""
-    half = x.shape[-1] // 2
-    rotated = torch.cat((-x[..., half:], x[..., :half]), dim=-1)
-    return x * cos[:, None, :] + rotated * sin[:, None, :]
+def apply_rope(x: torch.Tensor, cos: torch.Tensor, signed_sin: torch.Tensor) -> torch.Tensor:
+    """HF's x * cos + rotate_half(x) * sin, with rotate_half(x) = [-x2, x1] written as roll(x) = [x2, x1]
+    times [-sin, sin]: three kernels a layer instead of six. x: (T, heads, hd); tables (T, 1, hd)."""
+    return torch.addcmul(x * cos, x.roll(x.shape[-1] // 2, dims=-1), signed_sin)
 
 
 def register_fused(module: nn.Module, fused: str, parts: tuple[tuple[str, int], ...]) -> None:
