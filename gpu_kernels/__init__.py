@@ -7,7 +7,8 @@ import os
 import torch
 
 from batchtop.gpu_kernels import triton_decode
-from batchtop.gpu_kernels.paged_attention import gather_kv, paged_decode_attention, prefill_attention, store_kv
+from batchtop.gpu_kernels.paged_attention import (decode_mask, gather_kv, paged_decode_attention, prefill_attention,
+                                                  store_kv)
 
 
 def uses_triton(device: torch.device) -> bool:
@@ -16,11 +17,12 @@ def uses_triton(device: torch.device) -> bool:
 
 
 def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, block_tables: torch.Tensor,
-                     context_lens: torch.Tensor, scale: float) -> torch.Tensor:
-    """paged_decode_attention's math, by the fastest implementation this device has."""
+                     context_lens: torch.Tensor, scale: float, mask: torch.Tensor | None = None) -> torch.Tensor:
+    """paged_decode_attention's math, by the fastest implementation this device has (the kernel
+    needs no mask; the reference takes a prebuilt one)."""
     if uses_triton(q.device):
         return triton_decode.paged_decode_attention_triton(q, k_cache, v_cache, block_tables, context_lens, scale)
-    return paged_decode_attention(q, k_cache, v_cache, block_tables, context_lens, scale)
+    return paged_decode_attention(q, k_cache, v_cache, block_tables, context_lens, scale, mask)
 
 
-__all__ = ["decode_attention", "gather_kv", "paged_decode_attention", "prefill_attention", "store_kv", "uses_triton"]
+__all__ = ["decode_attention", "decode_mask", "gather_kv", "paged_decode_attention", "prefill_attention", "store_kv", "uses_triton"]

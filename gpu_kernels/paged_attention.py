@@ -46,21 +46,29 @@ def prefill_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, start: 
     return out.transpose(0, 1)
 
 
+def decode_mask(block_tables: torch.Tensor, context_lens: torch.Tensor, block_size: int) -> torch.Tensor:
+    """(B, 1, 1, max_blocks * block_size): which gathered keys each row may see. The same for every
+    layer of a step, so callers may build it once and pass it to paged_decode_attention."""
+    positions = torch.arange(block_tables.shape[1] * block_size, device=block_tables.device)
+    return (positions[None, :] < context_lens[:, None])[:, None, None, :]
+
+
 def paged_decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
                            block_tables: torch.Tensor, context_lens: torch.Tensor,
-                           scale: float) -> torch.Tensor:
+                           scale: float, mask: torch.Tensor | None = None) -> torch.Tensor:
     """One query token per sequence over its own blocks.
 
     q: (B, nh, hd); block_tables: (B, max_blocks) padded with any valid block; context_lens: (B,)
-    keys each row may see. Returns (B, nh, hd).
+    keys each row may see; mask: decode_mask(block_tables, context_lens, block_size) if already
+    built. Returns (B, nh, hd).
     """
     b, nh, hd = q.shape
     kvh = k_cache.shape[2]
     blocks = block_tables.reshape(-1)  # index_select: several times faster than advanced indexing here
     k = k_cache.index_select(0, blocks).view(b, -1, kvh, hd).transpose(1, 2)  # (B, kvh, L, hd)
     v = v_cache.index_select(0, blocks).view(b, -1, kvh, hd).transpose(1, 2)
-    positions = torch.arange(k.shape[2], device=q.device)
-    mask = (positions[None, :] < context_lens[:, None])[:, None, None, :]  # (B, 1, 1, L)
+    if mask is None:
+        mask = decode_mask(block_tables, context_lens, k_cache.shape[1])  # (B, 1, 1, L)
     # The query heads sharing a KV head become that head's "query rows": (B, kvh, nh/kvh, hd).
     # Same math as enable_gqa, several times faster on CPU for one-token queries.
     out = F.scaled_dot_product_attention(q.view(b, kvh, nh // kvh, hd), k, v, attn_mask=mask, scale=scale)

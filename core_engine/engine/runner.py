@@ -138,6 +138,8 @@ class ModelRunner:
             self.decode_tables.apply(staged, change)
             width = max(len(t) for t in tables)
             block_tables = self.decode_tables.table[:num_decode_rows, :width]
+            if self.graphs is None:  # every layer reads it: make the slice contiguous once, not per layer
+                block_tables = block_tables.contiguous()
             context_lens = staged.view(r_ctx)
         chunks = [PrefillChunk(row, n, start, table if isinstance(table, torch.Tensor) else staged.view(table))
                   for row, n, start, table in chunk_specs]

@@ -18,7 +18,7 @@ from torch import nn
 
 from batchtop.core_engine.config import ModelConfig
 from batchtop.core_engine.model.packed_linear import PackedLinear
-from batchtop.gpu_kernels import decode_attention, gather_kv, prefill_attention, store_kv
+from batchtop.gpu_kernels import decode_attention, decode_mask, gather_kv, prefill_attention, store_kv, uses_triton
 
 
 @dataclass(slots=True)
@@ -39,6 +39,7 @@ class AttentionBatch:
     decode_block_tables: torch.Tensor | None  # (num_decode_rows, max_blocks)
     decode_context_lens: torch.Tensor | None  # (num_decode_rows,)
     prefills: list[PrefillChunk]
+    decode_mask: torch.Tensor | None = None  # built once per step by the model, read by every layer
 
 
 class RMSNorm(nn.Module):
@@ -151,12 +152,12 @@ class Attention(nn.Module):
         d = batch.num_decode_rows
         if d == t:  # a pure decode step: no prefill rows to interleave, no copy into a shared buffer
             out = decode_attention(q, k_cache, v_cache, batch.decode_block_tables,
-                                         batch.decode_context_lens, self.scale)
+                                   batch.decode_context_lens, self.scale, batch.decode_mask)
             return self.o_proj(out.reshape(t, self.q_size))
         out = torch.empty_like(q)
         if d:
             out[:d] = decode_attention(q[:d], k_cache, v_cache, batch.decode_block_tables,
-                                             batch.decode_context_lens, self.scale)
+                                       batch.decode_context_lens, self.scale, batch.decode_mask)
         for chunk in batch.prefills:
             rows = slice(chunk.token_start, chunk.token_start + chunk.num_tokens)
             if chunk.context_start == 0:  # nothing cached before this chunk: use the fresh K/V
@@ -228,6 +229,9 @@ class LlamaForCausalLM(nn.Module):
         if self._inv_freq.device != positions.device:
             self._inv_freq = self._inv_freq.to(positions.device)
         cos, sin = rope_cos_sin(positions, self._inv_freq, x.dtype)
+        if batch.num_decode_rows and batch.decode_mask is None and not uses_triton(x.device):
+            k_cache = batch.kv_caches[0][0]
+            batch.decode_mask = decode_mask(batch.decode_block_tables, batch.decode_context_lens, k_cache.shape[1])
         for layer in self.model.layers:
             x = layer(x, cos, sin, batch)
         x = self.model.norm(x[logits_rows])  # only the rows we sample from reach the lm_head
