@@ -90,3 +90,25 @@ def test_seeded_sampling_on_cuda_does_not_depend_on_the_batch():
     crowd, _, _ = run_all(Engine(tiny_config(device="cuda", max_num_seqs=6)),
                           [*make_requests(5, seed=2, prompt=(2, 20), output=(5, 25)), target])
     assert alone["t"] == crowd["t"]
+
+
+def test_a_decode_step_on_cuda_synchronises_once_for_its_sampled_tokens():
+    import warnings
+
+    from batchtop.core_engine.engine.request import Request, SamplingParams
+    engine = Engine(tiny_config(device="cuda", max_num_seqs=4))
+    engine.load_workload([Request(f"r{i}", tuple(range(1, 9)), 30,
+                                  sampling=SamplingParams(temperature=0.9, top_p=0.8, seed=i) if i % 2 else SamplingParams())
+                          for i in range(4)])
+    for _ in range(3):  # prefill and a few steps: allocations, Triton compilation
+        engine.step()
+    torch.cuda.set_sync_debug_mode("warn")
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            for _ in range(5):
+                assert engine.step().num_prefill_tokens == 0
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    syncs = [w for w in caught if "synchroniz" in str(w.message).lower()]
+    assert 1 <= len(syncs) <= 5, [str(w.message) for w in syncs]
