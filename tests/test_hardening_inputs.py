@@ -198,3 +198,8 @@ def test_a_script_action_at_nan_or_infinity_is_refused_naming_the_action(tmp_pat
     script.write_text(f'[{{"at": 0, "caption": "go"}}, {{"at": {at}, "quit": true}}]', encoding="utf-8")
     result, _ = headless(tmp_path, "--script", str(script), "--num-requests", "2")
     assert_bad_input(result, f"{script}: action 2: 'at' must be seconds >= 0, got {float(at)!r}")
+
+
+def test_a_synthetic_workload_of_a_billion_requests_is_refused_before_it_is_generated(tmp_path):
+    result, _ = headless(tmp_path, "--workload", "synthetic", "--num-requests", str(BILLION))
+    assert_bad_input(result, "--num-requests: a synthetic workload is generated in memory: at most 1000000")

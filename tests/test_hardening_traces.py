@@ -200,3 +200,20 @@ def test_unknown_event_types_are_skipped_with_one_warning(tmp_path, recorded):
     replayed = json.loads(result.stdout)
     original = recorded["run.jsonl"][1]
     assert {k: v for k, v in replayed.items() if k != "replayed_from"} == original
+
+
+def renumbered(events: list[dict]) -> list[dict]:
+    return [{**e, "seq": i} for i, e in enumerate(events)]
+
+
+@pytest.mark.parametrize("make,message", [
+    (lambda ev: edit_event(ev, "step", put("kv", [0, 10 ** 12])), "the block map covers 1000000000000 blocks"),
+    (lambda ev: (renumbered(ev[:2] + [{"t": 0.0, "type": "control", "name": "caption", "value": 3}] + ev[2:]), 3),
+     "control event caption: field value must be a string"),
+])
+def test_a_damaged_count_or_a_caption_that_is_no_text_exits_2_before_any_screen(tmp_path, recorded, make, message):
+    events, line = make(events_of(recorded))
+    bad = tmp_path / "bad.jsonl"
+    write_events(bad, events)
+    assert_exit_2(replay(bad, "--headless"), f"{bad}:", message)
+    assert_exit_2(replay(bad), f"{bad}:", message)

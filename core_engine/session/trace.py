@@ -124,7 +124,9 @@ class Trace:
 
     def snapshots(self) -> Iterator[tuple[dict, StepSnapshot | None]]:
         """Every event, paired with the snapshot it completes (step and view events) or None."""
-        decoder = SnapshotDecoder()
+        num_blocks = (self.header.get("config") or {}).get("num_kv_blocks")
+        decoder = SnapshotDecoder(num_blocks if isinstance(num_blocks, int) and not isinstance(num_blocks, bool)
+                                  else None)
         for i, event in enumerate(self.events):
             try:
                 yield event, decoder.feed(event)

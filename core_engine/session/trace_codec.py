@@ -31,7 +31,12 @@ def run_length(owners: tuple[int, ...]) -> list[int]:
     return out
 
 
-def expand(runs: list[int]) -> tuple[int, ...]:
+def expand(runs: list[int], max_blocks: int | None = None) -> tuple[int, ...]:
+    """The block map back from its runs; ValueError when it covers more blocks than the pool has
+    (a damaged count must not become a billion-entry list)."""
+    total = sum(runs[1::2])
+    if max_blocks is not None and total > max_blocks:
+        raise ValueError(f"the block map covers {total} blocks, the pool has {max_blocks}")
     out: list[int] = []
     for owner, count in zip(runs[::2], runs[1::2]):
         out += [owner] * count
@@ -94,7 +99,8 @@ class SnapshotEncoder:
 class SnapshotDecoder:
     """Rebuilds StepSnapshots from events in file order; raises ValueError on an inconsistent event."""
 
-    def __init__(self) -> None:
+    def __init__(self, max_blocks: int | None = None) -> None:
+        self.max_blocks = max_blocks  # the recorded pool's size, when the header gives it
         self._requests: dict[int, WaitingView] = {}
         self._owners: tuple[int, ...] = ()
         self._pending: dict[str, list] = {"arrived": [], "rejected": [], "finished": [], "controls": []}
@@ -131,7 +137,7 @@ class SnapshotDecoder:
 
     def _step(self, e: dict) -> StepSnapshot:
         if "kv" in e:
-            self._owners = expand(e["kv"])
+            self._owners = expand(e["kv"], self.max_blocks)
         slots = []
         for i, cell in enumerate(e["slots"]):
             if cell == 0:

@@ -141,6 +141,8 @@ ENGINE_EVENTS: dict[str, tuple[dict[str, Check], dict[str, Check]]] = {
     "end": ({"reason": text}, {}),
 }
 SOURCES: dict[str, dict[str, tuple[dict[str, Check], dict[str, Check]]]] = {ENGINE_SOURCE: ENGINE_EVENTS}
+# the control values a replay shows or acts on (the others are only listed)
+CONTROL_VALUES: dict[str, Check] = {"caption": optional(text), "mode": one_of(MODES), "max_num_seqs": integer(1)}
 
 
 def framing_problem(event: dict) -> str | None:
@@ -156,6 +158,10 @@ def framing_problem(event: dict) -> str | None:
 
 def event_problem(event: dict, schemas: dict[str, tuple[dict[str, Check], dict[str, Check]]]) -> str | None:
     """None when the event matches its type's schema (or its type has none); else field and problem."""
+    if event["type"] == "control" and event.get("name") in CONTROL_VALUES:
+        problem = CONTROL_VALUES[event["name"]](event.get("value"))
+        if problem is not None:
+            return f"control event {event['name']}: field value {problem}"
     required, optional_fields = schemas[event["type"]]
     for name, check in required.items():
         if name not in event:

@@ -32,6 +32,7 @@ __all__ = ["AZURE_COLUMNS", "DEFAULT_TRACE", "JSONL_FIELDS", "RawRequest", "Unbu
            "load_workload", "make_burst", "materialise", "read_workload_file", "synthetic", "workload_format"]
 
 DEFAULT_TRACE = Path(__file__).parent.parent / "data" / "azure_conv_sample.csv"
+MAX_SYNTHETIC_REQUESTS = 1_000_000
 FORMATS_BY_SUFFIX = {".jsonl": "jsonl", ".ndjson": "jsonl", ".csv": "csv", ".json": "sharegpt"}
 
 
@@ -92,6 +93,9 @@ def load_workload(spec: WorkloadSpec, vocab_size: int, tokenizer: Tokenizer | No
     if not spec.time_scale >= 0:
         raise ConfigError("--time-scale", f"must be >= 0, got {spec.time_scale}")
     if spec.path == "synthetic":
+        if spec.num_requests is not None and spec.num_requests > MAX_SYNTHETIC_REQUESTS:
+            raise ConfigError("--num-requests", f"a synthetic workload is generated in memory: at most "
+                                                f"{MAX_SYNTHETIC_REQUESTS}, got {spec.num_requests}")
         raw = synthetic(spec)
     else:
         path = Path(spec.path) if spec.path is not None else DEFAULT_TRACE
