@@ -91,6 +91,13 @@ def test_compare_and_a_simulated_run_are_strict_json(tmp_path):
     assert strict(simulated.read_text())["simulated"]["device"]
 
 
+def test_a_measured_calibration_is_strict_json(tmp_path):
+    out = tmp_path / "cal.json"
+    invoke("calibrate", *TINY, "--batches", "1,2,4", "--steps", "2", "--context", "8", "-o", str(out))
+    doc = strict(out.read_text())
+    assert doc["compute_efficiency"] > 0 and len(doc["samples"]) == 3
+
+
 def test_export_checkpoints_json_files_are_strict(tmp_path):
     out = tmp_path / "tiny-hf"
     invoke("export-checkpoint", str(out), "--model", "tiny")
