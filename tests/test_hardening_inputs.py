@@ -203,3 +203,19 @@ def test_a_script_action_at_nan_or_infinity_is_refused_naming_the_action(tmp_pat
 def test_a_synthetic_workload_of_a_billion_requests_is_refused_before_it_is_generated(tmp_path):
     result, _ = headless(tmp_path, "--workload", "synthetic", "--num-requests", str(BILLION))
     assert_bad_input(result, "--num-requests: a synthetic workload is generated in memory: at most 1000000")
+
+
+def test_a_workload_from_a_fifo_is_read_and_a_directory_is_named(tmp_path):
+    import os
+    import threading
+    fifo = tmp_path / "w.fifo"
+    os.mkfifo(fifo)
+    body = b'{"id": "a", "prompt_len": 3, "max_tokens": 2}\n{"id": "b", "prompt_len": 4, "max_tokens": 2}\n'
+    writer = threading.Thread(target=lambda: fifo.write_bytes(body), daemon=True)  # as <(zcat w.jsonl.gz) does
+    writer.start()
+    result, metrics = headless(tmp_path, "--workload", str(fifo))
+    writer.join(10)
+    assert result.exit_code == 0, result.output
+    assert metrics["requests"]["completed"] == 2
+    result, _ = headless(tmp_path, "--workload", str(tmp_path))
+    assert_bad_input(result, f"{tmp_path}: is a directory, not a workload file")

@@ -217,3 +217,16 @@ def test_a_damaged_count_or_a_caption_that_is_no_text_exits_2_before_any_screen(
     write_events(bad, events)
     assert_exit_2(replay(bad, "--headless"), f"{bad}:", message)
     assert_exit_2(replay(bad), f"{bad}:", message)
+
+
+def test_a_gzip_trace_from_a_fifo_replays(tmp_path, recorded):
+    import os
+    import threading
+    fifo = tmp_path / "run.fifo"
+    os.mkfifo(fifo)
+    writer = threading.Thread(target=lambda: fifo.write_bytes(recorded["run.jsonl.gz"][0]), daemon=True)
+    writer.start()
+    result = replay(fifo, "--headless")
+    writer.join(10)
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["steps"] == recorded["run.jsonl.gz"][1]["steps"]

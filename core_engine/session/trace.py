@@ -15,6 +15,7 @@ import datetime
 import errno
 import gzip
 import io
+import itertools
 import json
 import os
 import time
@@ -146,13 +147,13 @@ def _chunks(path: Path) -> Iterator[bytes]:
     refuses (flipped bytes, a wrong checksum) or bytes after its end that start no new member raise
     GzipDamaged: only a cut at the very end counts as truncation."""
     with path.open("rb") as f:
-        head = f.read(2)
-        f.seek(0)
+        head = f.read(2)  # no seek back: a FIFO cannot
+        chunks = itertools.chain([head] if head else [], iter(lambda: f.read(1 << 16), b""))
         if head != GZIP_MAGIC:
-            yield from iter(lambda: f.read(1 << 16), b"")
+            yield from chunks
             return
         inflate = zlib.decompressobj(wbits=zlib.MAX_WBITS | 16)
-        for chunk in iter(lambda: f.read(1 << 16), b""):
+        for chunk in chunks:
             while chunk:
                 try:
                     yield inflate.decompress(chunk)
@@ -209,8 +210,10 @@ def _check_header(path: str, lineno: int, event: dict) -> None:
 
 def read_trace(path: str) -> Trace:
     p = Path(path)
-    if not p.is_file():
-        raise TraceError(f"{path}: no such trace file" if not p.exists() else f"{path}: not a regular file")
+    if not p.exists():
+        raise TraceError(f"{path}: no such trace file")
+    if p.is_dir():  # anything else is read as a stream, once: a FIFO or <(ssh host cat run.jsonl.gz) works too
+        raise TraceError(f"{path}: is a directory, not a trace")
     header: dict | None = None
     schemas: dict | None = None
     trace = Trace(path, {}, [])

@@ -116,8 +116,10 @@ def workload_format(path: Path, text: str) -> str:
 
 def read_workload_file(path: Path, vocab_size: int, tokenizer: Tokenizer | None = None,
                        limit: int | None = None, *, warn: Warn = warn_on_stderr) -> list[RawRequest]:
-    if not path.is_file():
-        raise WorkloadError(str(path), "no such workload file" if not path.exists() else "not a regular file")
+    if not path.exists():
+        raise WorkloadError(str(path), "no such workload file")
+    if path.is_dir():  # anything else is read as a stream: a FIFO or <(zcat w.jsonl.gz) works too
+        raise WorkloadError(str(path), "is a directory, not a workload file")
     try:
         text = read_text_file(path)
     except NotText as exc:
