@@ -219,3 +219,16 @@ def test_a_workload_from_a_fifo_is_read_and_a_directory_is_named(tmp_path):
     assert metrics["requests"]["completed"] == 2
     result, _ = headless(tmp_path, "--workload", str(tmp_path))
     assert_bad_input(result, f"{tmp_path}: is a directory, not a workload file")
+
+
+def test_a_sharegpt_dataset_with_a_byte_order_mark_loads(tmp_path):
+    model = tmp_path / "tiny-hf"
+    assert CliRunner().invoke(main, ["export-checkpoint", str(model), "--model", "tiny"]).exit_code == 0
+    data = [{"conversations": [{"from": "human", "value": "hello there"}, {"from": "gpt", "value": "hi, friend"}]}]
+    path = tmp_path / "sharegpt.json"
+    path.write_bytes(b"\xef\xbb\xbf" + json.dumps(data).encode())
+    out = tmp_path / "m.json"
+    result = CliRunner().invoke(main, ["--headless", "--model", str(model), "--device", "cpu", "--workload", str(path),
+                                       "--time-scale", "0", "--ignore-eos", "-o", str(out)])
+    assert result.exit_code == 0, result.output
+    assert json.loads(out.read_text())["requests"]["completed"] == 1
