@@ -232,3 +232,22 @@ def test_a_sharegpt_dataset_with_a_byte_order_mark_loads(tmp_path):
                                        "--time-scale", "0", "--ignore-eos", "-o", str(out)])
     assert result.exit_code == 0, result.output
     assert json.loads(out.read_text())["requests"]["completed"] == 1
+
+
+def test_a_script_and_a_calibration_from_a_fifo_are_read_and_directories_named(tmp_path):
+    import os
+    import threading
+    script, calibration = tmp_path / "demo.fifo", tmp_path / "cal.fifo"
+    for fifo, body in ((script, b'[{"at": 0, "caption": "from a pipe"}]'),
+                       (calibration, b'{"compute_efficiency": 0.5, "memory_efficiency": 0.7, "step_overhead_s": 0.001}')):
+        os.mkfifo(fifo)
+        threading.Thread(target=lambda f=fifo, b=body: f.write_bytes(b), daemon=True).start()
+    result, metrics = headless(tmp_path, "--script", str(script), "--num-requests", "2")
+    assert result.exit_code == 0, result.output
+    out = tmp_path / "sim.json"
+    result = CliRunner().invoke(main, ["--headless", "--model", "tiny", "--simulate", "cpu", "--calibration",
+                                       str(calibration), "--num-requests", "2", "--time-scale", "0", "-o", str(out)])
+    assert result.exit_code == 0, result.output
+    assert json.loads(out.read_text())["simulated"]["calibration"]["compute_efficiency"] == 0.5
+    result, _ = headless(tmp_path, "--script", str(tmp_path))
+    assert_bad_input(result, f"{tmp_path}: is a directory, not a script")

@@ -45,10 +45,12 @@ class ScriptAction:
 def load_script(path: str, bundled_dir: Path | None = None) -> list[ScriptAction]:
     """Read and validate a script; a bare name like 'teaching' also finds a bundled demo."""
     p = Path(path)
-    if not p.is_file() and bundled_dir is not None and (bundled_dir / f"{path}.json").is_file():
+    if not p.exists() and bundled_dir is not None and (bundled_dir / f"{path}.json").is_file():
         p = bundled_dir / f"{path}.json"
-    if not p.is_file():
+    if not p.exists():
         raise WorkloadError(path, "no such script file")
+    if p.is_dir():  # anything else is read once as a stream (a FIFO, <(...))
+        raise WorkloadError(path, "is a directory, not a script")
     try:
         text = read_text_file(p)
     except NotText as exc:

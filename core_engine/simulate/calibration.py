@@ -58,8 +58,10 @@ def load_calibration(path: str) -> Calibration:
         return ConfigError("--calibration", f"{path}: {message}")
 
     p = Path(path)
-    if not p.is_file():
-        raise bad("no such file" if not p.exists() else "not a regular file")
+    if not p.exists():
+        raise bad("no such file")
+    if p.is_dir():  # anything else is read once as a stream (a FIFO, <(...))
+        raise bad("is a directory, not a calibration file")
     try:
         data = parse_json(read_text_file(p))
     except NotText as exc:
