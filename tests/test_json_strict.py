@@ -135,3 +135,14 @@ def test_cached_device_peaks_that_are_nan_are_measured_again(tmp_path, monkeypat
     peaks = peaks_module.device_peaks("cpu", "float32")
     assert peaks == measured
     assert strict(cache.read_text())["peak_flops"] == 1e11  # the broken cache was replaced
+
+
+def test_an_attach_sample_of_a_server_that_exposes_nan_is_strict_json():
+    import re
+    from batchtop.core_engine.attach.sample import parse_exposition
+    text = (Path(__file__).parent / "data" / "vllm-0.32-cpu-idle.prom").read_text()
+    text = re.sub(r"^(vllm:(num_requests_running|kv_cache_usage_perc)\{[^}]*\}) .*$", r"\1 NaN", text, flags=re.M)
+    text = re.sub(r"^(vllm:num_requests_waiting\{[^}]*\}) .*$", r"\1 +Inf", text, flags=re.M)
+    sample = parse_exposition(text, 1.0)  # Prometheus allows NaN and +Inf as values; vLLM's own parser too
+    assert sample.running is None and sample.kv_usage is None and sample.waiting is None
+    strict(json.dumps(sample.as_dict(), allow_nan=False))

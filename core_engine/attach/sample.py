@@ -62,7 +62,9 @@ class _Samples:
         try:
             for family in text_string_to_metric_families(text):
                 for s in family.samples:
-                    self.by_name[s.name].append((s.labels, float(s.value)))
+                    value = float(s.value)
+                    if math.isfinite(value):  # Prometheus text may say NaN or +Inf: shown as not exposed,
+                        self.by_name[s.name].append((s.labels, value))  # never carried into JSON or a trace
         except Exception as exc:  # the parser raises ValueError, and others on odd input
             raise BadExposition(f"not Prometheus text ({_short(exc)})") from None
 
