@@ -39,7 +39,7 @@ class AttachRecorder:
         self._flush()
 
     def _write(self, event: dict, t: float) -> None:
-        line = json.dumps({"seq": self._seq, "t": round(t, 6), **event}, separators=(",", ":"))
+        line = json.dumps({"seq": self._seq, "t": round(t, 6), **event}, separators=(",", ":"), allow_nan=False)
         self._out.write(line + "\n")
         self._seq += 1
 
