@@ -154,7 +154,7 @@ async def test_a_screenshot_is_a_new_file_never_one_already_there(tmp_path, monk
     from tests.test_dashboard import make_app
 
     monkeypatch.chdir(tmp_path)
-    monkeypatch.setattr("batchtop.tui.app.time.strftime", lambda fmt: "STAMP")
+    monkeypatch.setattr("batchtop.tui.screenshot.time.strftime", lambda fmt: "STAMP")
     os.mkfifo(tmp_path / "batchtop_STAMP.svg")  # a FIFO with the name the screenshot would take
     app = make_app()
     async with app.run_test(size=(100, 30)) as pilot:

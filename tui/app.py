@@ -7,10 +7,8 @@ timer and never blocks it. Keys become commands on the source; nothing here touc
 from __future__ import annotations
 
 import asyncio
-import os
 import signal
 import time
-from pathlib import Path
 
 from rich.text import Text
 
@@ -30,8 +28,8 @@ from batchtop.core_engine.session.stop import exit_status
 from batchtop.core_engine.simulate.simulation import Simulation
 from batchtop.themes import STYLESHEET, THEMES
 from batchtop.tui.bridge import EngineBridge
-from batchtop.tui.commands.output import OutputError, write_text
 from batchtop.tui.frame import DashboardFrame
+from batchtop.tui.screenshot import save_screenshot
 from batchtop.tui.widgets.device import DevicePanel
 from batchtop.tui.screens.help import HelpScreen
 from batchtop.tui.screens.request_detail import RequestScreen
@@ -228,17 +226,7 @@ class Dashboard(App[int]):
         self.push_screen(HelpScreen())
 
     def action_save_svg(self) -> None:
-        """A new file in the working directory, never one that is there already (whatever it is)."""
-        stamp = time.strftime("%Y%m%d_%H%M%S")
-        path, n = Path(f"batchtop_{stamp}.svg"), 1
-        while os.path.lexists(path):
-            path, n = Path(f"batchtop_{stamp}-{n}.svg"), n + 1
-        try:
-            write_text(self.export_screenshot(), str(path))
-        except OutputError as exc:
-            self.notify(str(exc), title="screenshot not saved", severity="error", timeout=5)
-            return
-        self.notify(f"screenshot saved to {path.resolve()}", timeout=3)
+        save_screenshot(self, "batchtop")
 
     async def action_quit(self) -> None:
         """Let the engine thread finish its step (and close a recording) before the app goes."""

@@ -6,10 +6,6 @@ once; nothing here talks to a server. Layout only in CSS; every colour is a them
 
 from __future__ import annotations
 
-import os
-import time
-from pathlib import Path
-
 from rich.text import Text
 from textual import work
 from textual.app import App, ComposeResult
@@ -21,6 +17,7 @@ from textual.worker import get_current_worker
 from batchtop.core_engine.attach.monitor import AttachFrame
 from batchtop.core_engine.measure.device_peaks import DevicePeaks
 from batchtop.themes import STYLESHEET, THEMES
+from batchtop.tui.screenshot import save_screenshot
 from batchtop.tui.widgets.attach_format import short_url
 from batchtop.tui.widgets.attach_kv import AttachKVPanel
 from batchtop.tui.widgets.attach_metrics import AttachMetricsStrip
@@ -162,15 +159,4 @@ class AttachApp(App[int]):
             panel.show(self.frame, force=True) if self.frame is not None else panel.refresh()
 
     def action_save_svg(self) -> None:
-        """A new file in the working directory, never one that is there already."""
-        stamp = time.strftime("%Y%m%d_%H%M%S")
-        path, n = Path(f"batchtop_attach_{stamp}.svg"), 1
-        while os.path.lexists(path):
-            path, n = Path(f"batchtop_attach_{stamp}-{n}.svg"), n + 1
-        try:
-            path.write_text(self.export_screenshot(), encoding="utf-8")
-        except OSError as exc:
-            self.notify(f"cannot write {path}: {exc.strerror or exc}", title="screenshot not saved",
-                        severity="error", timeout=5)
-            return
-        self.notify(f"screenshot saved to {path.resolve()}", timeout=3)
+        save_screenshot(self, "batchtop_attach")
