@@ -93,3 +93,18 @@ def run_all(engine: Engine, requests: list[Request] | None = None, check=None, o
 @pytest.fixture
 def clock() -> FakeClock:
     return FakeClock()
+
+
+def wait_for_finishes(trace_path, count: int = 1, timeout: float = 120.0) -> None:
+    """Block until a run recording to `trace_path` (plain JSON Lines) has finished `count` requests:
+    a signal test then interrupts a run with work done, however busy the machine is."""
+    import time
+    from pathlib import Path
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        path = Path(trace_path)
+        if path.exists() and path.read_text(encoding="utf-8", errors="replace").count('"type":"finish"') >= count:
+            return
+        time.sleep(0.1)
+    raise AssertionError(f"no {count} finished requests in {trace_path} after {timeout} s")

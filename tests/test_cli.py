@@ -14,7 +14,7 @@ from click.testing import CliRunner
 
 from batchtop.core_engine.engine.runner import ModelRunner
 from batchtop.core_engine.session.workload import WorkloadSpec, load_workload
-from tests.conftest import fail_on_call
+from tests.conftest import fail_on_call, wait_for_finishes
 from batchtop.tui.cli import main
 
 TINY = ["--model", "tiny", "--device", "cpu", "--dtype", "float32"]
@@ -114,14 +114,14 @@ def test_an_engine_failure_exits_1_and_keeps_the_metrics_so_far(tmp_path, monkey
 
 
 def test_ctrl_c_writes_incomplete_metrics_and_exits_130(tmp_path):
-    out = tmp_path / "m.json"
+    out, trace = tmp_path / "m.json", tmp_path / "t.jsonl"
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     proc = subprocess.Popen([sys.executable, "-m", "batchtop.tui", "--headless", *TINY, "--workload", "synthetic",
-                             "--num-requests", "20000", "--prompt-mean", "4", "--output-mean", "4", "-o", str(out)],
+                             "--num-requests", "20000", "--prompt-mean", "4", "--output-mean", "4", "-o", str(out),
+                             "--record", str(trace)],
                             stderr=subprocess.PIPE, text=True, env=env)
     assert "building tiny" in proc.stderr.readline()
-    assert "roofs:" in proc.stderr.readline()  # measured (or cached) device peaks: the run starts now
-    time.sleep(2.0)
+    wait_for_finishes(trace)
     proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 130, err
