@@ -8,12 +8,6 @@ reader sees every complete line), fsynced on close; reading goes through the tra
 
 from __future__ import annotations
 
-import datetime
-import gzip
-import io
-import json
-import os
-import zlib
 from collections.abc import Iterator
 
 from batchtop.core_engine.attach.monitor import Monitor
@@ -21,7 +15,8 @@ from batchtop.core_engine.attach.roofline_point import ModelEstimate
 from batchtop.core_engine.attach.sample import ReplicaSample
 from batchtop.core_engine.attach.scrape import ScrapeResult
 from batchtop.core_engine.config import ModelConfig
-from batchtop.core_engine.session.trace import TRACE_FORMAT, TRACE_VERSION, Trace, TraceError
+from batchtop.core_engine.session.trace import Trace, TraceError
+from batchtop.core_engine.session.trace_writer import TraceWriter
 
 SOURCE = "attach"
 
@@ -29,44 +24,17 @@ SOURCE = "attach"
 class AttachRecorder:
     def __init__(self, path: str, header: dict) -> None:
         self.path = path
-        self._raw = open(path, "wb")
-        self._gz = gzip.GzipFile(fileobj=self._raw, mode="wb", mtime=0) if str(path).endswith(".gz") else None
-        self._out = io.TextIOWrapper(self._gz or self._raw, encoding="utf-8", newline="\n", write_through=True)
-        self._seq = 0
-        self.closed = False
-        self._write({"type": "header", "format": TRACE_FORMAT, "version": TRACE_VERSION, "source": SOURCE,
-                     "start_time": datetime.datetime.now(datetime.timezone.utc).isoformat(), **header}, t=0.0)
-        self._flush()
-
-    def _write(self, event: dict, t: float) -> None:
-        line = json.dumps({"seq": self._seq, "t": round(t, 6), **event}, separators=(",", ":"), allow_nan=False)
-        self._out.write(line + "\n")
-        self._seq += 1
-
-    def _flush(self, sync: bool = False) -> None:
-        self._out.flush()
-        if self._gz is not None:
-            self._gz.flush(zlib.Z_SYNC_FLUSH)
-        self._raw.flush()
-        if sync:
-            os.fsync(self._raw.fileno())
+        self._writer = TraceWriter(path, {"source": SOURCE, **header})
 
     def tick(self, tick: int, t: float, results: list[ScrapeResult]) -> None:
         for replica, r in enumerate(results):
-            self._write({"type": "scrape", "tick": tick, "replica": replica, "status": r.status, "reason": r.reason,
-                         "latency_s": round(r.latency_s, 6),
-                         "sample": r.sample.as_dict() if r.sample is not None else None}, t=t)
-        self._flush()
+            self._writer.write({"type": "scrape", "tick": tick, "replica": replica, "status": r.status,
+                                "reason": r.reason, "latency_s": round(r.latency_s, 6),
+                                "sample": r.sample.as_dict() if r.sample is not None else None}, t=t)
+        self._writer.flush()
 
     def close(self, t: float, reason: str = "finished") -> None:
-        if self.closed:
-            return
-        self._write({"type": "end", "reason": reason}, t=t)
-        self._flush(sync=True)
-        self._out.close()
-        if self._gz is not None:
-            self._raw.close()
-        self.closed = True
+        self._writer.close({"reason": reason}, t=t)
 
 
 def attach_header(urls: list[str], interval_s: float, window_s: float, max_num_seqs: int | None,

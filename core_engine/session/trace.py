@@ -11,13 +11,7 @@ know are skipped with one warning.
 
 from __future__ import annotations
 
-import datetime
-import errno
-import gzip
-import io
 import itertools
-import json
-import os
 import time
 import zlib
 from collections.abc import Iterator
@@ -29,11 +23,10 @@ from batchtop.core_engine.engine.snapshot import StepSnapshot
 from batchtop.core_engine.session.text import TextDelta
 from batchtop.core_engine.session.text_files import NotText, decode_utf8, parse_json
 from batchtop.core_engine.session.trace_codec import SnapshotDecoder, SnapshotEncoder
+from batchtop.core_engine.session.trace_writer import TRACE_FORMAT, TRACE_VERSION, TraceWriter
 from batchtop.core_engine.session.trace_schema import (ENGINE_SOURCE, SOURCES, event_problem, framing_problem,
                                                       header_problem)
 
-TRACE_FORMAT = "batchtop.trace"
-TRACE_VERSION = 1
 GZIP_MAGIC = b"\x1f\x8b"
 
 
@@ -46,24 +39,16 @@ class Recorder:
 
     def __init__(self, path: str, header: dict, record_text: bool = False) -> None:
         self.path = path
-        raw = open(path, "wb")
-        self._raw = raw
-        self._gz = gzip.GzipFile(fileobj=raw, mode="wb", mtime=0) if str(path).endswith(".gz") else None
-        self._out = io.TextIOWrapper(self._gz or raw, encoding="utf-8", newline="\n", write_through=True)
         self._t0 = time.monotonic()
-        self._seq = 0
         self._encoder = SnapshotEncoder(record_text)
-        self.closed = False
-        self._write({"type": "header", "format": TRACE_FORMAT, "version": TRACE_VERSION,
-                     "start_time": datetime.datetime.now(datetime.timezone.utc).isoformat(), **header,
-                     "text": record_text})
-        self.flush()
+        self._writer = TraceWriter(path, {**header, "text": record_text})
+
+    @property
+    def closed(self) -> bool:
+        return self._writer.closed
 
     def _write(self, event: dict) -> None:
-        line = json.dumps({"seq": self._seq, "t": round(time.monotonic() - self._t0, 6), **event},
-                          separators=(",", ":"), allow_nan=False)  # a NaN is a bug: fail loudly, never write it
-        self._out.write(line + "\n")
-        self._seq += 1
+        self._writer.write(event, t=time.monotonic() - self._t0)
 
     def record(self, snap: StepSnapshot, text: TextDelta | None = None) -> None:
         """Write what this snapshot says happened (and its text, if recording text); flush once per step."""
@@ -71,39 +56,23 @@ class Recorder:
         for event in events:
             self._write(event)
         if events:
-            self.flush()
+            self._writer.flush()
 
     def control(self, name: str, value: object = None) -> None:
         """Driver-level events the engine does not see: pause, resume, captions."""
         self._write({"type": "control", "name": name, "value": value})
-        self.flush()
+        self._writer.flush()
 
     def flush(self, sync: bool = False) -> None:
-        self._out.flush()
-        if self._gz is not None:
-            self._gz.flush(zlib.Z_SYNC_FLUSH)  # a reader sees every complete line even before close
-        self._raw.flush()
-        if sync:
-            try:
-                os.fsync(self._raw.fileno())
-            except OSError as exc:  # a FIFO, a terminal or /dev/null has nothing to sync
-                if exc.errno not in (errno.EINVAL, errno.ENOTSUP, errno.EROFS):
-                    raise
+        self._writer.flush(sync)
 
     def error(self, message: str) -> None:
         if not self.closed:
             self._write({"type": "error", "message": message})
-            self.flush(sync=True)
+            self._writer.flush(sync=True)
 
     def close(self, reason: str = "finished") -> None:
-        if self.closed:
-            return
-        self._write({"type": "end", "reason": reason})
-        self.flush(sync=True)
-        self._out.close()  # closes the gzip member (writing its trailer) and the file
-        if self._gz is not None:
-            self._raw.close()
-        self.closed = True
+        self._writer.close({"reason": reason}, t=time.monotonic() - self._t0)
 
 
 @dataclass
