@@ -43,7 +43,8 @@ from batchtop.core_engine.engine.request import Request, SamplingParams
 from batchtop.core_engine.model.export import export_checkpoint
 from batchtop.core_engine.model.hf_config import read_model_config
 from batchtop.core_engine.session.workload import WorkloadSpec, load_workload
-from peer_hf import Outputs, Timed, ours_pass  # bench/: one timed pass of ours, shared with the HF peer
+from peer_hf import Outputs, Timed  # bench/: one timed pass of ours, shared with the HF peer
+from peer_vllm_throughput import ours_pass_with_latencies, run_throughput_with
 
 WORKER = Path(__file__).with_name("vllm_worker.py")
 
@@ -58,7 +59,8 @@ class BatchtopPeer:
         self.engine = Engine(config)  # its model is loaded once; every pass runs a fresh engine on it
 
     def generate(self, requests: list[Request]) -> Timed:
-        return ours_pass(self.engine, requests)
+        timed, self.latencies = ours_pass_with_latencies(self.engine, requests)
+        return timed
 
     def close(self) -> None:
         pass
@@ -74,7 +76,7 @@ class VllmPeer:
         self._log = log.open("w")
         self.proc = subprocess.Popen(
             [python, str(WORKER), "--model", str(checkpoint), "--max-num-seqs", str(args.max_num_seqs),
-             "--dtype", dtype, "--seed", str(args.seed)],
+             "--dtype", dtype, "--seed", str(args.seed), "--max-num-batched-tokens", str(args.max_batched_tokens)],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._log, text=True, env=env)
         self._read()  # {"ready": true} once the model is loaded and warmed up
 
@@ -92,6 +94,7 @@ class VllmPeer:
         self.proc.stdin.write(json.dumps(command) + "\n")
         self.proc.stdin.flush()
         reply = self._read()
+        self.latencies = (reply.get("ttft_s", []), reply.get("tpot_s", []))
         return Timed(reply["wall_s"], {r.id: out for r, out in zip(requests, reply["outputs"])})
 
     def close(self) -> None:
@@ -152,6 +155,10 @@ def prefix_agreement(a: list[int], b: list[int], n: int) -> int:
     return agreed
 
 
+def run_throughput(checkpoint: Path, python: str, args: argparse.Namespace, work: Path) -> None:
+    run_throughput_with(open_peers, alternate, checkpoint, python, args, work)
+
+
 def run_agreement(checkpoint: Path, python: str, args: argparse.Namespace, work: Path) -> None:
     n = args.match_tokens
     requests = workload(args, read_model_config(checkpoint).vocab_size, n)
@@ -177,7 +184,8 @@ def run_agreement(checkpoint: Path, python: str, args: argparse.Namespace, work:
               f"   ({exact} / {len(requests)} requests identical)")
 
 
-MODES: dict[str, Callable[[Path, str, argparse.Namespace, Path], None]] = {"agreement": run_agreement}
+MODES: dict[str, Callable[[Path, str, argparse.Namespace, Path], None]] = {
+    "agreement": run_agreement, "throughput": run_throughput}
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -198,6 +206,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--max-batched-tokens", type=int, default=256)
     p.add_argument("--num-kv-blocks", type=int, default=1024)
     p.add_argument("--threads", type=int, default=torch.get_num_threads(), help="for both engines")
+    p.add_argument("--slots", type=lambda text: [int(x) for x in text.split(",")], default=[8, 16],
+                   help="throughput: the max_num_seqs values to time, comma-separated")
+    p.add_argument("--rounds", type=int, default=3, help="throughput: timed alternating rounds per slot count")
+    p.add_argument("--output-mean", type=float, default=128.0, help="throughput: lognormal mean output length")
+    p.add_argument("--json", type=Path, help="throughput: also write the results here")
     return p.parse_args(argv)
 
 

@@ -5,7 +5,8 @@ It imports nothing from batchtop, so it runs in a separate virtual environment t
 line, each reply on stdout one JSON line (vLLM's own logging goes to stderr):
 
     {"cmd": "generate", "requests": [{"prompt_token_ids": [...], "max_tokens": 16}, ...]}
-        -> {"outputs": [[token ids], ...], "wall_s": seconds for the whole generate() call}
+        -> {"outputs": [[token ids], ...], "wall_s": seconds for the whole generate() call,
+            "ttft_s": [per request, from its arrival], "tpot_s": [per request, first to last token]}
     {"cmd": "quit"}
 
 Greedy, EOS ignored, every request handed to one generate() call (vLLM batches them itself).
@@ -27,6 +28,7 @@ def main() -> None:
     p.add_argument("--max-model-len", type=int, default=2048)
     p.add_argument("--dtype", default="bfloat16")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--max-num-batched-tokens", type=int, default=None)
     args = p.parse_args()
     os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")  # the engine in this process: no IPC hop
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")  # GiB
@@ -37,7 +39,9 @@ def main() -> None:
     reply_to = sys.stdout
     sys.stdout = sys.stderr  # anything vLLM prints must not corrupt the protocol
     llm = LLM(model=args.model, max_num_seqs=args.max_num_seqs, max_model_len=args.max_model_len,
-              dtype=args.dtype, seed=args.seed, skip_tokenizer_init=True)
+              dtype=args.dtype, seed=args.seed, skip_tokenizer_init=True,
+              max_num_batched_tokens=args.max_num_batched_tokens,
+              disable_log_stats=False)  # keeps per-request timestamps (RequestOutput.metrics)
     reply_to.write(json.dumps({"ready": True}) + "\n")
     reply_to.flush()
     for line in sys.stdin:
@@ -51,7 +55,11 @@ def main() -> None:
         results = llm.generate(prompts, params, use_tqdm=False)
         wall = time.perf_counter() - start
         outputs = [list(r.outputs[0].token_ids) for r in results]
-        reply_to.write(json.dumps({"outputs": outputs, "wall_s": wall}) + "\n")
+        stats = [r.metrics for r in results]
+        ttft = [m.first_token_latency if m else None for m in stats]
+        tpot = [(m.last_token_ts - m.first_token_ts) / (len(o) - 1) if m and len(o) > 1 else None
+                for m, o in zip(stats, outputs)]
+        reply_to.write(json.dumps({"outputs": outputs, "wall_s": wall, "ttft_s": ttft, "tpot_s": tpot}) + "\n")
         reply_to.flush()
 
 
