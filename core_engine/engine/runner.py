@@ -63,9 +63,6 @@ class ModelRunner:
             if capture:
                 self.graphs.capture_all()
 
-    def _slot(self, seq: Sequence, pos: int) -> int:
-        return seq.block_table[pos // self.block_size] * self.block_size + pos % self.block_size
-
     def prepare(self, plan: SchedulerOutput) -> PreparedBatch:
         """Flatten the plan: one-token rows (decodes, then padding) first, then prompt padding and
         prefill chunks; stage it all and send it to the device in one copy."""
