@@ -11,6 +11,8 @@ suite goes on):
 - roofline: per model, at batch 1/8/64/256, achieved bytes/s and FLOP/s over the step and the fraction
   of the roof at that intensity (datasheet roofs on known GPUs, measured on a CPU).
 - compare: `batchtop compare` (static vs continuous) on the first model, its JSON.
+- calibration: `batchtop calibrate` on the first model (the what-if model's three constants fitted to
+  this device's decode steps), also written beside -o as SUITE.calibration.json for `--calibration`.
 - vllm: bench/peer_vllm.py's throughput mode when this Python imports vllm; else why not.
 Sized to finish within 5 minutes on an H200 (weights are seeded on the device; 6 steps a batch).
 """
@@ -103,6 +105,18 @@ def run_compare(model: str, device: str, timeout: int) -> dict:
         return json.loads(out.read_text())
 
 
+def run_calibrate(model: str, device: str, timeout: int) -> dict:
+    """`batchtop calibrate` on this device: the what-if model's constants for `--simulate --calibration`."""
+    with tempfile.TemporaryDirectory(prefix="batchtop-suite-") as tmp:
+        out = Path(tmp) / "calibration.json"
+        proc = subprocess.run([sys.executable, "-m", "batchtop.tui", "calibrate", "--model", model, "--device", device,
+                               "--batches", "1,8,32" if device == "cpu" else "1,16,64,256", "--steps", "6",
+                               "-o", str(out)], cwd=ROOT, capture_output=True, text=True, timeout=timeout)
+        if proc.returncode:
+            return {"returncode": proc.returncode, "stderr": proc.stderr.strip().splitlines()[-5:]}
+        return json.loads(out.read_text())
+
+
 def run_vllm(model: str, timeout: int) -> dict:
     try:
         import vllm  # noqa: F401
@@ -142,11 +156,14 @@ def main() -> None:
         sweeps.append(report[f"sweep_{model}"])
     section(report, "roofline", lambda: roofline(sweeps))
     section(report, "compare", lambda: run_compare(models[0], args.device, 240))
+    section(report, "calibration", lambda: run_calibrate(models[0], args.device, 240))
     section(report, "vllm", lambda: run_vllm(models[0], 300))
     report["total_s"] = round(time.perf_counter() - t0, 1)
     text = json.dumps(report, indent=2)
     if args.output:
         args.output.write_text(text)
+        if report["calibration"].get("schema"):  # ready for `batchtop --simulate DEVICE --calibration FILE`
+            args.output.with_suffix(".calibration.json").write_text(json.dumps(report["calibration"], indent=2))
     else:
         print(text)
 
