@@ -39,13 +39,21 @@ def decode_steps(engine: Engine, batch: int, context: int, steps: int) -> list[S
 
 
 def decode_sweep(engine: Engine, batches: list[int], context: int, steps: int) -> list[StepSample]:
-    """`steps` measured decode steps at each batch size, each on a fresh engine sharing `engine`'s model."""
+    """`steps` measured decode steps at each batch size, each on a fresh engine sharing `engine`'s model.
+
+    Every batch size is first run once unmeasured: the first steps after a model is built pay
+    one-time costs (page faults in the pool, kernel set-up per shape) that made the first batch
+    measured look ~15% slower than it runs, and a fit to it overpredicted every small batch."""
+    def probe(batch: int) -> Engine:
+        return Engine(engine.config.with_(max_num_seqs=batch, max_num_batched_tokens=batch * context),
+                      runner=engine.runner, clock=engine.clock)
+
+    for batch in batches:
+        decode_steps(probe(batch), batch, context, 2)
     samples = []
     for batch in batches:
-        probe = Engine(engine.config.with_(max_num_seqs=batch, max_num_batched_tokens=batch * context),
-                       runner=engine.runner, clock=engine.clock)
         samples += [StepSample(batch, s.cost.flops, s.cost.bytes, s.step_time_s)
-                    for s in decode_steps(probe, batch, context, steps)]
+                    for s in decode_steps(probe(batch), batch, context, steps)]
     return samples
 
 
