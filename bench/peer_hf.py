@@ -152,16 +152,22 @@ def hf_model_from(engine: Engine) -> torch.nn.Module:
 
 
 # -- ours ---------------------------------------------------------------------------------------
-def ours_pass(engine: Engine, requests: list[Request]) -> Timed:
-    """The whole workload through a fresh engine that shares the (warm) model and KV pool."""
+def timed_run(engine: Engine, requests: list[Request]) -> tuple[Timed, list]:
+    """The whole workload through a fresh engine that shares the (warm) model and KV pool; also
+    returns the finished requests (their latencies)."""
     fresh = Engine(engine.config, runner=engine.runner)
     t0 = time.perf_counter()
     result = run_workload(fresh, requests)
     wall = time.perf_counter() - t0
     if not result.complete:
         raise RuntimeError(f"our engine did not complete: {result.error!r}")
-    outputs = {f.request_id: list(f.output_token_ids) for f in result.collector.finished}
-    return Timed(wall, outputs, result.collector.steps)
+    finished = result.collector.finished
+    outputs = {f.request_id: list(f.output_token_ids) for f in finished}
+    return Timed(wall, outputs, result.collector.steps), finished
+
+
+def ours_pass(engine: Engine, requests: list[Request]) -> Timed:
+    return timed_run(engine, requests)[0]
 
 
 # -- Hugging Face continuous batching -------------------------------------------------------------

@@ -15,30 +15,21 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import time
 from pathlib import Path
 
 from batchtop.core_engine.engine.engine import Engine
 from batchtop.core_engine.engine.request import Request, SamplingParams
 from batchtop.core_engine.model.hf_config import read_model_config
-from batchtop.core_engine.session.driver import run_workload
 from batchtop.core_engine.session.workload import WorkloadSpec, load_workload
-from peer_hf import Timed
+from peer_hf import Timed, timed_run
 
 MAX_MODEL_LEN = 2048  # what bench/vllm_worker.py gives vLLM
 
 
 def ours_pass_with_latencies(engine: Engine, requests: list[Request]) -> tuple[Timed, tuple[list, list]]:
     """The whole workload through a fresh engine sharing the warm model, with per-request TTFT/TPOT."""
-    fresh = Engine(engine.config, runner=engine.runner)
-    t0 = time.perf_counter()
-    result = run_workload(fresh, requests)
-    wall = time.perf_counter() - t0
-    if not result.complete:
-        raise RuntimeError(f"our engine did not complete: {result.error!r}")
-    finished = result.collector.finished
-    outputs = {f.request_id: list(f.output_token_ids) for f in finished}
-    return Timed(wall, outputs, result.collector.steps), ([f.ttft_s for f in finished], [f.tpot_s for f in finished])
+    timed, finished = timed_run(engine, requests)
+    return timed, ([f.ttft_s for f in finished], [f.tpot_s for f in finished])
 
 
 def throughput_workload(args: argparse.Namespace, vocab_size: int) -> list[Request]:
