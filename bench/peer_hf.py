@@ -30,11 +30,9 @@ import argparse
 import logging
 import os
 import statistics
-import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import torch
 

@@ -22,7 +22,7 @@ from batchtop.tui.replay_app import ReplayApp
 from batchtop.tui.replay_source import ReplaySource
 from batchtop.tui.screens.request_detail import NO_TOKENIZER, NOT_RECORDED, RequestScreen
 from batchtop.tui.widgets.slots import SlotsPanel
-from tests.conftest import run_all, tiny_config
+from tests.conftest import tiny_config
 from tests.hf_checkpoints import SENTENCES
 from tests.test_dashboard import PEAKS, TickClock, make_app, screen_text, step, wait_for
 

@@ -8,7 +8,7 @@ import torch
 from batchtop.core_engine.engine.engine import Engine
 from batchtop.gpu_kernels import paged_decode_attention, triton_decode, uses_triton
 from tests.conftest import make_requests, run_all, tiny_config
-from tests.test_paged_attention import HD, KVH, NH, scattered_pool
+from tests.test_paged_attention import HD, NH, scattered_pool
 
 pytestmark = pytest.mark.skipif(not triton_decode.available(), reason="triton is not installed")
 

@@ -32,7 +32,6 @@ from batchtop.tui.commands.output import check_distinct, check_writable
 
 EXIT_ENGINE_FAILURE = 1
 EXIT_BAD_INPUT = 2
-EXIT_INTERRUPTED = 130
 
 class Finite(click.ParamType):
     """A real number in a range: inf and nan are refused by name (click's FloatRange lets nan through)."""
