@@ -79,7 +79,7 @@ def main() -> None:
     print(f"{sweep_config.model.name} ({sweep_config.dtype}) on {peaks.device_name}; roofs "
           f"{peaks.peak_flops / 1e9:.0f} GFLOP/s, {peaks.peak_bytes_per_s / 1e9:.1f} GB/s ({peaks.source})", flush=True)
 
-    samples = batch_medians(decode_sweep(engine, CALIBRATION_BATCHES, 128, 8))
+    samples = batch_medians(decode_sweep(engine, CALIBRATION_BATCHES, 128, 8, rounds=3))  # as `batchtop calibrate`
     fit = fit_calibration(samples, peaks, source="bench", fitted_on={"device": peaks.device_name})
     cal = fit.calibration
     print(f"calibrated on batch {CALIBRATION_BATCHES} (context 128): {cal.describe()}; "

@@ -128,7 +128,9 @@ def replay(trace: str, headless: bool, output: str | None, speed: float, theme: 
 @click.option("--context", type=click.IntRange(min=1), default=128, show_default=True,
               help="Tokens of context per sequence.")
 @click.option("--steps", type=click.IntRange(min=2), default=8, show_default=True,
-              help="Measured decode steps per batch size.")
+              help="Measured decode steps per batch size and round.")
+@click.option("--rounds", type=click.IntRange(1, 50), default=3, show_default=True,
+              help="Rounds over the batch sizes, interleaved; each batch size's median step is fitted.")
 @click.option("--seed", type=SEED, default=0, show_default=True)
 @click.option("--from-trace", type=str, default=None, metavar="TRACE",
               help="Fit to the steps of a recorded session (from --record, on any device) instead of measuring here.")

@@ -38,8 +38,10 @@ def decode_steps(engine: Engine, batch: int, context: int, steps: int) -> list[S
     return snaps[1:steps + 1]
 
 
-def decode_sweep(engine: Engine, batches: list[int], context: int, steps: int) -> list[StepSample]:
-    """`steps` measured decode steps at each batch size, each on a fresh engine sharing `engine`'s model.
+def decode_sweep(engine: Engine, batches: list[int], context: int, steps: int, rounds: int = 1) -> list[StepSample]:
+    """`steps` measured decode steps at each batch size per round, each on a fresh engine sharing
+    `engine`'s model; the rounds interleave the batch sizes, so a neighbour's burst on a shared host
+    lands on one round of each, not on every step of one.
 
     Every batch size is first run once unmeasured: the first steps after a model is built pay
     one-time costs (page faults in the pool, kernel set-up per shape) that made the first batch
@@ -51,9 +53,10 @@ def decode_sweep(engine: Engine, batches: list[int], context: int, steps: int) -
     for batch in batches:
         decode_steps(probe(batch), batch, context, 2)
     samples = []
-    for batch in batches:
-        samples += [StepSample(batch, s.cost.flops, s.cost.bytes, s.step_time_s)
-                    for s in decode_steps(probe(batch), batch, context, steps)]
+    for _ in range(rounds):
+        for batch in batches:
+            samples += [StepSample(batch, s.cost.flops, s.cost.bytes, s.step_time_s)
+                        for s in decode_steps(probe(batch), batch, context, steps)]
     return samples
 
 

@@ -43,12 +43,12 @@ def measured_sweep(opts: dict, batches: list[int]) -> tuple[list[StepSample], De
                             max_num_seqs=max(batches), max_num_batched_tokens=max(batches) * context,
                             num_kv_blocks=max(batches) * per_seq, seed=opts["seed"])
     note(f"measuring decode steps of {config.model.name} ({config.dtype}) on {config.device} at batch "
-         f"{', '.join(map(str, batches))}, context {context}, {steps} steps each")
+         f"{', '.join(map(str, batches))}, context {context}, {steps} steps each, {opts['rounds']} rounds")
     engine = Engine(config)
     peaks = device_peaks(config.device, config.dtype)
-    samples = batch_medians(decode_sweep(engine, batches, context, steps))
+    samples = batch_medians(decode_sweep(engine, batches, context, steps, opts["rounds"]))
     return samples, peaks, {"device": peaks.device_name, "model": config.model.name, "dtype": config.dtype,
-                            "batches": batches, "context": context, "steps": steps,
+                            "batches": batches, "context": context, "steps": steps, "rounds": opts["rounds"],
                             "torch": torch.__version__, "threads": torch.get_num_threads()}
 
 
