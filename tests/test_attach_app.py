@@ -96,3 +96,16 @@ async def test_the_live_dashboard_fills_from_a_server(tmp_path):
         await asyncio.sleep(0.3)
     trace = read_trace(str(tmp_path / "live.jsonl"))
     assert trace.ended_cleanly and any(e["type"] == "scrape" for e in trace.events)
+
+
+def test_the_attach_command_opens_its_dashboard_on_a_live_feed(monkeypatch):
+    """`batchtop attach URL` without --headless: the command builds the live app (its imports included)."""
+    from click.testing import CliRunner
+
+    from batchtop.tui.cli import main
+
+    opened = []
+    monkeypatch.setattr(AttachApp, "run", lambda self: opened.append(self.feed) or 0)
+    result = CliRunner().invoke(main, ["attach", "http://127.0.0.1:9", "--device", "h100"], catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    assert len(opened) == 1 and isinstance(opened[0], LiveFeed) and opened[0].setup.urls == ["http://127.0.0.1:9/metrics"]

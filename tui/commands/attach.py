@@ -147,7 +147,8 @@ def run_attach(urls: tuple[str, ...], opts: AttachOptions) -> None:
          f"roofs: {setup.peaks_note}")
     if opts.headless:
         sys.exit(run_headless(setup))
-    from batchtop.tui.attach_app import AttachApp, LiveFeed  # Textual loads only here
+    from batchtop.tui.attach_app import AttachApp  # Textual loads only here
+    from batchtop.tui.attach_feed import LiveFeed
 
     feed = LiveFeed(setup)
     app = AttachApp(feed, setup.peaks, setup.peaks_note, theme=opts.theme)
