@@ -20,7 +20,7 @@ from batchtop.core_engine.measure.device_peaks import DevicePeaks
 from batchtop.core_engine.session.stop import Terminated, exit_status
 from batchtop.tui.commands.headless import note
 from batchtop.tui.commands.options import bad_input_exits
-from batchtop.tui.commands.output import check_distinct, check_writable, deliver_json
+from batchtop.tui.commands.output import check_outputs, deliver_json
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,9 +79,7 @@ def prepare(urls: tuple[str, ...], opts: AttachOptions) -> AttachSetup:
         raise ConfigError("--duration", "--headless needs --duration S (seconds to watch before writing the JSON)")
     if not opts.headless and (opts.output is not None or opts.duration is not None):
         raise ConfigError("--output" if opts.output is not None else "--duration", "only with --headless")
-    check_writable(opts.output)
-    check_writable(opts.record, "--record")
-    check_distinct({"--output": opts.output if opts.headless else None, "--record": opts.record})
+    check_outputs({"--output": opts.output, "--record": opts.record})
     estimate = None
     if opts.model is not None:
         from batchtop.core_engine.resolve import resolve_model

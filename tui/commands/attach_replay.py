@@ -11,7 +11,7 @@ from batchtop.core_engine.measure.device_peaks import peaks_from_dict
 from batchtop.core_engine.session.trace import Trace
 from batchtop.tui.commands.headless import note
 from batchtop.tui.commands.options import bad_input_exits
-from batchtop.tui.commands.output import check_distinct, check_writable, deliver_json
+from batchtop.tui.commands.output import deliver_json
 
 
 def replay_attach_report(trace: Trace) -> dict:
@@ -27,9 +27,8 @@ def replay_attach_report(trace: Trace) -> dict:
 
 
 def run_attach_replay(trace: Trace, *, headless: bool, output: str | None, speed: float, theme: str) -> None:
+    """Output paths are checked by `batchtop replay` before it hands the trace over."""
     with bad_input_exits():
-        check_writable(output)
-        check_distinct({"--output": output}, {"TRACE": trace.path})
         if headless:
             doc = replay_attach_report(trace)
     for warning in trace.warnings:

@@ -22,7 +22,7 @@ from batchtop.core_engine.simulate.fit import Fit, fit_calibration, predict
 from batchtop.core_engine.measure.decode_sweep import StepSample, batch_medians, decode_sweep
 from batchtop.tui.commands.headless import note
 from batchtop.tui.commands.options import bad_input_exits
-from batchtop.tui.commands.output import check_distinct, check_writable, deliver_json
+from batchtop.tui.commands.output import check_outputs, deliver_json
 
 
 def parse_batches(text: str) -> list[int]:
@@ -85,8 +85,7 @@ def fit_table(fit: Fit, samples: list[StepSample], peaks: DevicePeaks) -> Table:
 
 def run_calibrate(opts: dict, output: str) -> None:
     with bad_input_exits():
-        check_writable(output)
-        check_distinct({"--output": output}, {"--from-trace": opts["from_trace"]})
+        check_outputs({"--output": output}, {"--from-trace": opts["from_trace"]})
         if opts["from_trace"] is not None:
             samples, peaks, fitted_on = recorded_steps(opts["from_trace"])
         else:

@@ -9,8 +9,7 @@ from rich.table import Table
 
 from batchtop.core_engine.engine.engine import Engine
 from batchtop.tui.commands.headless import build_engine, exit_code, load_peaks, metrics_document, run_and_report
-from batchtop.tui.commands.options import bad_input_exits, build_setup
-from batchtop.tui.commands.options import EXIT_ENGINE_FAILURE
+from batchtop.tui.commands.options import EXIT_ENGINE_FAILURE, bad_input_exits, build_setup
 from batchtop.tui.commands.output import deliver_json
 
 COMPARE_SCHEMA = "batchtop.compare/1"

@@ -28,7 +28,7 @@ from batchtop.core_engine.session.workload import WorkloadSpec, load_workload
 from batchtop.core_engine.simulate.calibration import DEFAULT, load_calibration
 from batchtop.core_engine.simulate.device import simulated_device
 from batchtop.core_engine.simulate.simulation import Simulation
-from batchtop.tui.commands.output import check_distinct, check_writable
+from batchtop.tui.commands.output import check_outputs
 
 EXIT_ENGINE_FAILURE = 1
 EXIT_BAD_INPUT = 2
@@ -171,7 +171,7 @@ def build_setup(opts: dict, output: str | None = None, **overrides) -> Setup:
     """Validate everything before the (slow) model build, so bad input fails at once; `output` is the
     command's -o, checked with --record against each other and against the files read."""
     opts = {**opts, **overrides}
-    check_outputs(opts, output)
+    check_run_outputs(opts, output)
     device = simulated_device(opts["simulate"]) if opts.get("simulate") is not None else None
     if device is None and opts.get("calibration") is not None:
         raise ConfigError("--calibration", "only applies to a --simulate run")
@@ -209,16 +209,14 @@ def build_setup(opts: dict, output: str | None = None, **overrides) -> Setup:
     return Setup(config, spec, requests, script, record, simulation, record_text, tokenizer)
 
 
-def check_outputs(opts: dict, output: str | None) -> None:
-    """Every output writable where the user pointed it, and none of them a file that is read."""
+def check_run_outputs(opts: dict, output: str | None) -> None:
+    """-o and --record writable where the user pointed them, and neither a file that is read."""
     if opts.get("record") == "-":
         raise ConfigError("--record", "'-' would mix the trace into stdout or the screen: name a file "
                                       "(or /dev/stdout, with --headless -o FILE)")
-    check_writable(output, "--output")
-    check_writable(opts.get("record"), "--record")
-    check_distinct({"--output": output, "--record": opts.get("record")},
-                   {"--workload": opts.get("workload_path"), "--script": opts.get("script_path"),
-                    "--calibration": opts.get("calibration")})
+    check_outputs({"--output": output, "--record": opts.get("record")},
+                  {"--workload": opts.get("workload_path"), "--script": opts.get("script_path"),
+                   "--calibration": opts.get("calibration")})
 
 
 def workload_info(spec: WorkloadSpec, requests: list[Request]) -> dict:

@@ -97,6 +97,14 @@ def check_distinct(outputs: Mapping[str, str | None], inputs: Mapping[str, str |
         seen[key] = f"{option} {path}"
 
 
+def check_outputs(outputs: Mapping[str, str | None], inputs: Mapping[str, str | None] = {}) -> None:
+    """Every output (option -> path) writable where it points, and none of them another output or an
+    input; None means the option was not given."""
+    for option, path in outputs.items():
+        check_writable(path, option)
+    check_distinct(outputs, inputs)
+
+
 def write_text(text: str, path: str | None) -> None:
     """Write a whole document where the user asked; raises OutputError naming the path on failure."""
     if path is None or path == STDOUT:

@@ -11,7 +11,7 @@ from batchtop.core_engine.session.trace import Trace, TraceError, read_trace
 from batchtop.core_engine.session.trace_schema import HeaderError, engine_header
 from batchtop.tui.commands.headless import note
 from batchtop.tui.commands.options import bad_input_exits
-from batchtop.tui.commands.output import check_distinct, check_writable, deliver_json
+from batchtop.tui.commands.output import check_outputs, deliver_json
 
 
 def recorded_engine(trace: Trace) -> tuple[EngineConfig, DevicePeaks | None]:
@@ -42,11 +42,10 @@ def replay_metrics(trace: Trace) -> dict:
 def run_replay(path: str, *, headless: bool, output: str | None, speed: float, theme: str) -> None:
     with bad_input_exits():
         trace = read_trace(path)
+        check_outputs({"--output": output}, {"TRACE": path})
         if trace.header.get("source") == "attach":  # from `batchtop attach --record`: its own panels
             from batchtop.tui.commands.attach_replay import run_attach_replay
             return run_attach_replay(trace, headless=headless, output=output, speed=speed, theme=theme)
-        check_writable(output)
-        check_distinct({"--output": output}, {"TRACE": path})
         config, peaks = recorded_engine(trace)
         for warning in trace.warnings:
             note(f"warning: {warning}")
