@@ -27,9 +27,12 @@ class RunResult:
     collector: MetricsCollector
     complete: bool = True
     error: BaseException | None = None
-    interrupted: bool = False
     stopped_by_script: bool = False
     signal: int | None = None  # the signal that interrupted it (SIGINT, SIGTERM)
+
+    @property
+    def interrupted(self) -> bool:
+        return self.signal is not None
 
     @property
     def end_reason(self) -> str:
@@ -62,7 +65,7 @@ def drive(engine: Engine, session: Session | None = None, *,
         with stop.installed():
             _loop(engine, session, result, stop, on_step, sleep)
     except KeyboardInterrupt as exc:  # a second Ctrl-C, or a run outside the main thread
-        result.complete, result.interrupted = False, True
+        result.complete = False
         result.signal = signal.SIGTERM if isinstance(exc, Terminated) else stop.signal or signal.SIGINT
     except Exception as exc:  # an engine failure: report it, keep what was measured
         result.complete, result.error = False, exc
@@ -75,7 +78,7 @@ def _loop(engine: Engine, session: Session, result: RunResult, stop: StopRequest
           on_step: Callable[[StepSnapshot], None] | None, sleep: Callable[[float], None]) -> None:
     while not engine.is_done():
         if stop:
-            result.complete, result.interrupted, result.signal = False, True, stop.signal
+            result.complete, result.signal = False, stop.signal
             return
         session.before_step()
         if session.quit_requested:

@@ -84,7 +84,7 @@ def metrics_document(result: RunResult, setup: Setup, config_dict: dict, peaks: 
         doc["error"] = f"{type(result.error).__name__}: {result.error}"
     elif result.interrupted:
         doc["error"] = "interrupted"
-        doc["interrupted_by"] = signal.Signals(result.signal or signal.SIGINT).name
+        doc["interrupted_by"] = signal.Signals(result.signal).name
     elif result.stopped_by_script:
         doc["stopped_by"] = "script"
     return doc
@@ -95,9 +95,9 @@ def exit_code(result: RunResult) -> int:
         note("engine failure: " + "".join(traceback.format_exception(result.error)).rstrip())
         return EXIT_ENGINE_FAILURE
     if result.interrupted:
-        name = signal.Signals(result.signal or signal.SIGINT).name
-        note(f"interrupted by {name}: metrics cover what finished so far (complete: false)")
-        return exit_status(result.signal or signal.SIGINT)
+        note(f"interrupted by {signal.Signals(result.signal).name}: metrics cover what finished so far "
+             "(complete: false)")
+        return exit_status(result.signal)
     return 0
 
 
