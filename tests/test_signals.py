@@ -79,7 +79,11 @@ async def test_sigterm_closes_the_dashboard_and_its_recording(tmp_path):
     session = Session(engine, WORKLOAD, recorder=Recorder(path, {"config": config.as_dict()}))
     app = BatchtopApp(EngineBridge(engine, WORKLOAD, start_paused=True, session=session), config, PEAKS)
     previous = signal.getsignal(signal.SIGTERM)
-    signal.signal(signal.SIGTERM, lambda *_: None)  # should the app not take SIGTERM, the test fails, not pytest
+
+    def guard(*_) -> None:  # should the app not take SIGTERM, the test fails, not pytest
+        pass
+
+    signal.signal(signal.SIGTERM, guard)
     try:
         async with app.run_test(size=(100, 30)) as pilot:
             await pilot.press("n")
@@ -87,6 +91,7 @@ async def test_sigterm_closes_the_dashboard_and_its_recording(tmp_path):
                            and app.bridge.frame.snapshot.counters.steps == 1)
             os.kill(os.getpid(), signal.SIGTERM)
             await wait_for(pilot, lambda: app.return_value is not None)
+        assert signal.getsignal(signal.SIGTERM) is guard  # closed, the app hands SIGTERM back (the CLI's)
     finally:
         signal.signal(signal.SIGTERM, previous)
     assert app.return_value == 143 and app.bridge.done.is_set()

@@ -61,3 +61,9 @@ COLOUR_BLIND = Theme(
 )
 
 THEMES: tuple[Theme, ...] = (DARK, LIGHT, COLOUR_BLIND)
+
+
+def next_theme(name: str) -> str:
+    """The theme `t` switches to after `name` (the first one after an unknown name)."""
+    names = [t.name for t in THEMES]
+    return names[(names.index(name) + 1) % len(names)] if name in names else names[0]

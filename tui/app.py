@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import asyncio
 import signal
+import sys
+import threading
 import time
 
 from rich.text import Text
@@ -26,7 +28,7 @@ from batchtop.core_engine.engine.snapshot import SlotView
 from batchtop.core_engine.measure.telemetry import TelemetrySampler
 from batchtop.core_engine.session.stop import exit_status
 from batchtop.core_engine.simulate.simulation import Simulation
-from batchtop.themes import STYLESHEET, THEMES
+from batchtop.themes import STYLESHEET, THEMES, next_theme
 from batchtop.tui.bridge import EngineBridge
 from batchtop.tui.frame import DashboardFrame
 from batchtop.tui.screenshot import save_screenshot
@@ -96,6 +98,7 @@ class Dashboard(App[int]):
         self._status_text: Text | None = None
         self._last_paint = float("-inf")
         self.exit_code = 0
+        self._sigterm_before = None  # the SIGTERM handler the app replaced while it runs
         bridge.notify = lambda kind, text: self.post_message(EngineEvent(kind, text))
 
     def compose(self) -> ComposeResult:
@@ -126,10 +129,21 @@ class Dashboard(App[int]):
             self.telemetry.start()
         self.poll()
         self.call_after_refresh(self.run_engine)  # the first paint is the costliest: let it finish first
-        try:  # SIGTERM quits as `q` does: the engine finishes its step and closes a recording
-            asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, self._terminate)
-        except (NotImplementedError, RuntimeError, ValueError):  # not the main thread, or no unix signals
-            pass
+        self._quit_on_sigterm(True)
+
+    def _quit_on_sigterm(self, on: bool) -> None:
+        """While the app runs, SIGTERM quits as `q` does (the engine finishes its step and closes a
+        recording); afterwards the handler it replaced (the CLI's) is back. Unix main thread only."""
+        if sys.platform == "win32" or threading.current_thread() is not threading.main_thread():
+            return
+        loop = asyncio.get_running_loop()
+        if on:
+            self._sigterm_before = signal.getsignal(signal.SIGTERM)
+            loop.add_signal_handler(signal.SIGTERM, self._terminate)
+        elif self._sigterm_before is not None:
+            loop.remove_signal_handler(signal.SIGTERM)  # which leaves the default (kill) behind
+            signal.signal(signal.SIGTERM, self._sigterm_before)
+            self._sigterm_before = None
 
     def _terminate(self) -> None:
         if self.exit_code == 0:
@@ -138,10 +152,7 @@ class Dashboard(App[int]):
 
     def on_unmount(self) -> None:
         self._panels = []  # a late timer tick or engine message must not draw into a torn-down screen
-        try:
-            asyncio.get_running_loop().remove_signal_handler(signal.SIGTERM)
-        except (NotImplementedError, RuntimeError, ValueError):
-            pass
+        self._quit_on_sigterm(False)
 
     @work(thread=True, exit_on_error=False, name="engine", group="engine")
     def run_engine(self) -> None:
@@ -217,8 +228,7 @@ class Dashboard(App[int]):
             self.push_screen(RequestScreen(slot.index, slot.request_id))
 
     def action_next_theme(self) -> None:
-        names = [t.name for t in THEMES]
-        self.theme = names[(names.index(self.theme) + 1) % len(names)] if self.theme in names else names[0]
+        self.theme = next_theme(self.theme)
         for panel in self.query(".panel"):
             panel.refresh()
 

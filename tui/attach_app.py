@@ -16,7 +16,7 @@ from textual.worker import get_current_worker
 
 from batchtop.core_engine.attach.monitor import AttachFrame
 from batchtop.core_engine.measure.device_peaks import DevicePeaks
-from batchtop.themes import STYLESHEET, THEMES
+from batchtop.themes import STYLESHEET, THEMES, next_theme
 from batchtop.tui.screenshot import save_screenshot
 from batchtop.tui.widgets.attach_format import short_url
 from batchtop.tui.widgets.attach_kv import AttachKVPanel
@@ -153,8 +153,7 @@ class AttachApp(App[int]):
         self.notify(f"replay at {self.feed.faster():g}x", timeout=1.5)
 
     def action_next_theme(self) -> None:
-        names = [t.name for t in THEMES]
-        self.theme = names[(names.index(self.theme) + 1) % len(names)] if self.theme in names else names[0]
+        self.theme = next_theme(self.theme)
         for panel in self._panels:
             panel.show(self.frame, force=True) if self.frame is not None else panel.refresh()
 
