@@ -41,6 +41,7 @@ def main() -> None:
     llm = LLM(model=args.model, max_num_seqs=args.max_num_seqs, max_model_len=args.max_model_len,
               dtype=args.dtype, seed=args.seed, skip_tokenizer_init=True,
               max_num_batched_tokens=args.max_num_batched_tokens,
+              enable_prefix_caching=False,  # batchtop has none; a repeated round must not be served from cache
               disable_log_stats=False)  # keeps per-request timestamps (RequestOutput.metrics)
     reply_to.write(json.dumps({"ready": True}) + "\n")
     reply_to.flush()

@@ -26,3 +26,15 @@ def test_every_package_folder_is_listed_for_the_wheel():
         root = next(n for n in folders if package == n or package.startswith(n + "."))
         rest = package[len(root):].lstrip(".").split(".") if package != root else []
         assert (ROOT / folders[root]).joinpath(*rest).is_dir(), f"{package} is listed but has no folder"
+
+
+def test_the_cpu_kernel_source_ships_in_the_wheel():
+    """The kernel is compiled on the user's machine from its .cpp: a wheel without it falls back to
+    the slower reference attention everywhere."""
+    data = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["package-data"]
+    globs = data.get("batchtop.gpu_kernels", [])
+    sources = list((ROOT / "gpu_kernels").rglob("*.cpp"))
+    assert sources
+    for source in sources:
+        relative = source.relative_to(ROOT / "gpu_kernels")
+        assert any(relative.match(g) for g in globs), f"{relative} is not in gpu_kernels' package-data"

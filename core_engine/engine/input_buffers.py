@@ -79,7 +79,8 @@ class StagedInputs:
 
 
 class DecodeTables:
-    """Decode block tables on the device, one persistent row per decode row, rewritten only on change."""
+    """Decode block tables on the device, one persistent row per decode row, rewritten only on change
+    (on the CPU kernel's path the step's prompt-chunk sequences take the rows after them)."""
 
     def __init__(self, device: torch.device, rows: int, width: int, fill: int) -> None:
         self.device, self.width, self.fill = device, width, fill

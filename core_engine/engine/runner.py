@@ -9,13 +9,13 @@ import torch
 from batchtop.core_engine.config import EngineConfig
 from batchtop.core_engine.device import DTYPES
 from batchtop.core_engine.model.checkpoint import load_model
-from batchtop.core_engine.model.llama import AttentionBatch, PrefillChunk, build_model
+from batchtop.core_engine.model.llama import AttentionBatch, PrefillChunk, VarlenRows, build_model
 from batchtop.core_engine.engine.request import Sequence
 from batchtop.core_engine.engine.decode_graphs import DecodeGraphs, bucket_sizes
 from batchtop.core_engine.engine.input_buffers import DecodeTables, StagedInputs
 from batchtop.core_engine.engine.sampler import MASK32, Sampler, SamplingBatch, request_seed
 from batchtop.core_engine.engine.scheduler import SchedulerOutput
-from batchtop.gpu_kernels import uses_triton
+from batchtop.gpu_kernels import uses_cpu_kernel, uses_triton
 
 PAD_TOKEN_ID = 0  # what a static batch's prompt padding feeds; its outputs are never read
 
@@ -53,6 +53,9 @@ class ModelRunner:
         self.staged = StagedInputs(self.device, 4 * (config.max_num_batched_tokens + config.max_num_seqs) + 1024)
         max_blocks = min(-(-config.max_model_len // config.block_size), config.num_kv_blocks)
         self.decode_tables = DecodeTables(self.device, config.max_num_seqs, max_blocks, self.scratch_block)
+        # On the CPU kernel the prompt chunks' rows join the decode rows in one attention call; their
+        # sequences' tables take the persistent table's rows after the decode rows'.
+        self.varlen_prompts = uses_cpu_kernel(self.device, self.dtype, m.head_dim)
         capture = self.device.type == "cuda" and uses_triton(self.device)
         if bucketed_decode is None:
             bucketed_decode = capture and not config.enforce_eager
@@ -104,6 +107,23 @@ class ModelRunner:
         staged = self.staged
         staged.begin()
         chunk_specs: list[tuple[int, int, int, tuple[int, int]]] = []
+        varlen_tables: list[int] = []  # per row of a prompt chunk the kernel takes: its sequence's table row
+        varlen_lens: list[int] = []
+        for seq, n in prefill_plan:
+            start = seq.num_computed_tokens
+            if self.varlen_prompts:  # one kernel call for all of them, beside the decode rows
+                varlen_tables.extend([len(tables)] * n)
+                varlen_lens.extend(range(start + 1, start + n + 1))
+                tables.append(seq.block_table)
+            else:
+                chunk_specs.append((len(ids), n, start, staged.put(seq.block_table)))
+            ids.extend(seq.token_ids[start:start + n])
+            pos.extend(range(start, start + n))
+            table = seq.block_table
+            slots.extend(table[p // bs] * bs + p % bs for p in range(start, start + n))
+            if start + n == seq.num_tokens:  # the chunk completes the prompt: sample from its last row
+                logits_rows.append(len(ids) - 1)
+                sampled.append(seq)
         for _, n in plan.prompt_padding:
             # A static batch's left padding: pad tokens at positions 0..n-1, computed through every
             # layer (attending only to each other, as a padding mask leaves them) and thrown away;
@@ -112,36 +132,32 @@ class ModelRunner:
             ids.extend([PAD_TOKEN_ID] * n)
             pos.extend(range(n))
             slots.extend(scratch + p % bs for p in range(n))
-        for seq, n in prefill_plan:
-            start = seq.num_computed_tokens
-            chunk_specs.append((len(ids), n, start, staged.put(seq.block_table)))
-            ids.extend(seq.token_ids[start:start + n])
-            pos.extend(range(start, start + n))
-            table = seq.block_table
-            slots.extend(table[p // bs] * bs + p % bs for p in range(start, start + n))
-            if start + n == seq.num_tokens:  # the chunk completes the prompt: sample from its last row
-                logits_rows.append(len(ids) - 1)
-                sampled.append(seq)
         logits_rows += padding_rows  # computed and thrown away, after the rows that are sampled
 
         r_ids, r_pos, r_slots, r_rows = staged.put(ids), staged.put(pos), staged.put(slots), staged.put(logits_rows)
         r_ctx = staged.put(ctx_lens) if num_decode_rows else None
-        change = self.decode_tables.stage_changes(staged, tables) if num_decode_rows else None
+        r_varlen = None
+        if varlen_tables:
+            r_varlen = staged.put([*range(num_decode_rows), *varlen_tables]), staged.put(ctx_lens + varlen_lens)
+        change = self.decode_tables.stage_changes(staged, tables) if tables else None
         r_sampling = self._stage_sampling(sampled)
         staged.commit()
 
-        block_tables = context_lens = None
-        if num_decode_rows:
+        block_tables = context_lens = varlen = None
+        if tables:
             self.decode_tables.apply(staged, change)
             width = max(len(t) for t in tables)
-            block_tables = self.decode_tables.table[:num_decode_rows, :width]
+            block_tables = self.decode_tables.table[:len(tables), :width]
             if self.graphs is None:  # every layer reads it: make the slice contiguous once, not per layer
                 block_tables = block_tables.contiguous()
-            context_lens = staged.view(r_ctx)
+            if r_varlen is not None:
+                varlen = VarlenRows(block_tables, staged.view(r_varlen[0]), staged.view(r_varlen[1]))
+            block_tables = block_tables[:num_decode_rows] if num_decode_rows else None
+            context_lens = staged.view(r_ctx) if num_decode_rows else None
         chunks = [PrefillChunk(row, n, start, table if isinstance(table, torch.Tensor) else staged.view(table))
                   for row, n, start, table in chunk_specs]
         attention = AttentionBatch(self.kv_caches, staged.view(r_slots), num_decode_rows, block_tables,
-                                   context_lens, chunks)
+                                   context_lens, chunks, varlen=varlen)
         positions = staged.view(r_pos)
         rows = staged.view(r_rows)
         return PreparedBatch(staged.view(r_ids), positions, attention, rows, sampled,

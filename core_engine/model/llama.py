@@ -18,7 +18,8 @@ from torch import nn
 
 from batchtop.core_engine.config import ModelConfig
 from batchtop.core_engine.model.packed_linear import PackedLinear
-from batchtop.gpu_kernels import decode_attention, decode_mask, gather_kv, prefill_attention, store_kv, uses_triton
+from batchtop.gpu_kernels import (cpu_attention, decode_attention, decode_mask, gather_kv, needs_decode_mask, prefill_attention,
+                                  store_kv)
 
 
 @dataclass(slots=True)
@@ -30,6 +31,20 @@ class PrefillChunk:
 
 
 @dataclass(slots=True)
+class VarlenRows:
+    """Rows [0, num_rows) of the step (its decode rows, then its prompt chunks' rows) in one kernel call,
+    each attending to keys [0, context_lens[r]) of the sequence whose table is tables[row_tables[r]]."""
+
+    tables: torch.Tensor  # (num_sequences, max_blocks)
+    row_tables: torch.Tensor  # (num_rows,)
+    context_lens: torch.Tensor  # (num_rows,)
+
+    @property
+    def num_rows(self) -> int:
+        return self.row_tables.shape[0]
+
+
+@dataclass(slots=True)
 class AttentionBatch:
     """Where each token's K/V goes and what each query may attend to, for one step."""
 
@@ -38,8 +53,9 @@ class AttentionBatch:
     num_decode_rows: int  # rows [0, num_decode_rows) each hold one token of a different sequence
     decode_block_tables: torch.Tensor | None  # (num_decode_rows, max_blocks)
     decode_context_lens: torch.Tensor | None  # (num_decode_rows,)
-    prefills: list[PrefillChunk]
+    prefills: list[PrefillChunk]  # chunks attended one by one (all of them unless `varlen` takes them)
     decode_mask: torch.Tensor | None = None  # built once per step by the model, read by every layer
+    varlen: VarlenRows | None = None  # the CPU kernel's one call for decode rows and prompt chunks
 
 
 class RMSNorm(nn.Module):
@@ -149,13 +165,20 @@ class Attention(nn.Module):
         k_cache, v_cache = batch.kv_caches[self.layer_idx]
         store_kv(k, v, k_cache, v_cache, batch.slot_mapping)
 
-        d = batch.num_decode_rows
-        if d == t:  # a pure decode step: no prefill rows to interleave, no copy into a shared buffer
-            out = decode_attention(q, k_cache, v_cache, batch.decode_block_tables,
-                                   batch.decode_context_lens, self.scale, batch.decode_mask)
+        d, varlen = batch.num_decode_rows, batch.varlen
+        if varlen is not None:  # the CPU kernel takes the decode rows and every real prompt chunk at once
+            d = varlen.num_rows
+            varlen_out = cpu_attention.paged_attention(q[:d], k_cache, v_cache, varlen.tables, varlen.row_tables,
+                                                       varlen.context_lens, self.scale)
+        if d == t:  # nothing left to interleave (a pure decode step, or all rows in the one call)
+            out = varlen_out if varlen is not None else decode_attention(
+                q, k_cache, v_cache, batch.decode_block_tables, batch.decode_context_lens, self.scale,
+                batch.decode_mask)
             return self.o_proj(out.reshape(t, self.q_size))
         out = torch.empty_like(q)
-        if d:
+        if varlen is not None:
+            out[:d] = varlen_out
+        elif d:
             out[:d] = decode_attention(q[:d], k_cache, v_cache, batch.decode_block_tables,
                                        batch.decode_context_lens, self.scale, batch.decode_mask)
         for chunk in batch.prefills:
@@ -229,7 +252,8 @@ class LlamaForCausalLM(nn.Module):
         if self._inv_freq.device != positions.device:
             self._inv_freq = self._inv_freq.to(positions.device)
         cos, sin = rope_cos_sin(positions, self._inv_freq, x.dtype)
-        if batch.num_decode_rows and batch.decode_mask is None and not uses_triton(x.device):
+        if batch.num_decode_rows and batch.decode_mask is None and needs_decode_mask(x.device, x.dtype,
+                                                                                  self.config.head_dim):
             k_cache = batch.kv_caches[0][0]
             batch.decode_mask = decode_mask(batch.decode_block_tables, batch.decode_context_lens, k_cache.shape[1])
         for layer in self.model.layers:

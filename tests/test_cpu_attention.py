@@ -1,0 +1,123 @@
+"""The C++ CPU attention kernel reads the paged pool in place and matches the torch reference: decode
+rows over ragged contexts, and prompt rows (each its own context length) through row_tables."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from batchtop.gpu_kernels import cpu_attention, decode_mask, gather_kv, paged_decode_attention, prefill_attention
+
+pytestmark = pytest.mark.skipif(not cpu_attention.available(),
+                                reason=f"CPU kernel not built: {cpu_attention.why_unavailable()}")
+
+# head_dim 64 and 128 take the vectorised path (on AVX-512 CPUs), 16 and 40 the portable one
+SHAPES = [(4, 2, 16), (8, 2, 40), (16, 4, 64), (8, 1, 128), (12, 4, 64)]
+TOLERANCE = {torch.float32: dict(rtol=1e-5, atol=1e-5), torch.bfloat16: dict(rtol=2e-2, atol=2e-2)}
+
+
+def pool(num_blocks: int, block_size: int, kvh: int, hd: int, dtype: torch.dtype, gen: torch.Generator):
+    k = torch.randn(num_blocks, block_size, kvh, hd, generator=gen).to(dtype)
+    v = torch.randn(num_blocks, block_size, kvh, hd, generator=gen).to(dtype)
+    return k, v
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("nh,kvh,hd", SHAPES)
+@pytest.mark.parametrize("block_size", [1, 5, 16])
+def test_decode_rows_match_the_reference(dtype, nh, kvh, hd, block_size):
+    gen = torch.Generator().manual_seed(nh * hd + block_size)
+    lengths = torch.tensor([1, 17, 40, 3, 16, 33])
+    width = int(-(-lengths.max() // block_size))
+    k_cache, v_cache = pool(width * len(lengths) + 3, block_size, kvh, hd, dtype, gen)
+    tables = torch.randperm(k_cache.shape[0], generator=gen)[:width * len(lengths)].view(len(lengths), width)
+    q = torch.randn(len(lengths), nh, hd, generator=gen).to(dtype)
+    scale = hd ** -0.5
+    got = cpu_attention.paged_attention(q, k_cache, v_cache, tables, None, lengths, scale)
+    want = paged_decode_attention(q.float(), k_cache.float(), v_cache.float(), tables, lengths, scale)
+    torch.testing.assert_close(got.float(), want, **TOLERANCE[dtype])
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("nh,kvh,hd", [(4, 2, 16), (16, 4, 64)])
+def test_prompt_chunks_of_several_sequences_in_one_call_match_causal_attention(dtype, nh, kvh, hd):
+    """Rows of two sequences' chunks (one fresh, one continuing after 21 cached tokens), each row
+    attending to its own prefix: what SDPA computes chunk by chunk."""
+    gen = torch.Generator().manual_seed(hd)
+    block_size = 4
+    k_cache, v_cache = pool(40, block_size, kvh, hd, dtype, gen)
+    tables = torch.randperm(40, generator=gen)[:2 * 12].view(2, 12)
+    chunks = [(0, 0, 9), (1, 21, 6)]  # (table, context start, tokens)
+    q = torch.randn(sum(n for _, _, n in chunks), nh, hd, generator=gen).to(dtype)
+    row_tables = torch.tensor([t for t, _, n in chunks for _ in range(n)])
+    lens = torch.tensor([start + i + 1 for _, start, n in chunks for i in range(n)])
+    got = cpu_attention.paged_attention(q, k_cache, v_cache, tables, row_tables, lens, hd ** -0.5)
+    row = 0
+    for table, start, n in chunks:
+        ck, cv = gather_kv(k_cache.float(), v_cache.float(), tables[table], start + n)
+        want = prefill_attention(q[row:row + n].float(), ck, cv, start, hd ** -0.5)
+        torch.testing.assert_close(got[row:row + n].float(), want, **TOLERANCE[dtype])
+        row += n
+
+
+def test_strided_query_and_table_views_are_read_where_they_point():
+    """The model hands q as a slice of its fused q/k tensor and the tables as a slice of the
+    persistent decode table: neither is contiguous."""
+    gen = torch.Generator().manual_seed(3)
+    k_cache, v_cache = pool(30, 16, 4, 64, torch.float32, gen)
+    qk = torch.randn(3, 16 + 4, 64, generator=gen)
+    q = qk[:, :16]
+    full = torch.randperm(30, generator=gen)[:3 * 8].view(3, 8)
+    tables = full[:, :3]
+    lens = torch.tensor([5, 48, 20])
+    got = cpu_attention.paged_attention(q, k_cache, v_cache, tables, None, lens, 0.125)
+    want = paged_decode_attention(q.contiguous(), k_cache, v_cache, tables.contiguous(), lens, 0.125,
+                                  decode_mask(tables, lens, 16))
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+
+
+def test_a_row_is_the_same_whatever_shares_its_batch():
+    gen = torch.Generator().manual_seed(4)
+    k_cache, v_cache = pool(64, 16, 4, 64, torch.bfloat16, gen)
+    tables = torch.randperm(64, generator=gen)[:8 * 8].view(8, 8)
+    q = torch.randn(8, 16, 64, generator=gen).to(torch.bfloat16)
+    lens = torch.tensor([100, 3, 77, 128, 1, 64, 90, 12])
+    batch = cpu_attention.paged_attention(q, k_cache, v_cache, tables, None, lens, 0.125)
+    for r in range(8):
+        alone = cpu_attention.paged_attention(q[r:r + 1], k_cache, v_cache, tables[r:r + 1], None, lens[r:r + 1], 0.125)
+        assert torch.equal(alone[0], batch[r])
+
+
+def test_a_bad_call_names_what_is_wrong():
+    k_cache = torch.zeros(4, 16, 2, 64)
+    q = torch.zeros(2, 4, 64)
+    with pytest.raises(RuntimeError, match="row_tables"):
+        cpu_attention.paged_attention(q, k_cache, k_cache, torch.zeros(2, 1, dtype=torch.long),
+                                      torch.zeros(3, dtype=torch.long), torch.ones(2, dtype=torch.long), 1.0)
+    with pytest.raises(RuntimeError, match="dtype"):
+        cpu_attention.paged_attention(q.to(torch.bfloat16), k_cache, k_cache, torch.zeros(2, 1, dtype=torch.long),
+                                      None, torch.ones(2, dtype=torch.long), 1.0)
+
+
+def test_the_engine_on_the_kernel_generates_what_it_generates_on_the_reference(monkeypatch):
+    """head_dim 64 (the vectorised path), chunked prompts continuing over cached blocks, decode rows
+    and prompt rows in one call: the same greedy tokens as the torch reference path, in fp32."""
+    from dataclasses import replace
+
+    from batchtop.core_engine.engine.engine import Engine
+    from tests.conftest import make_requests, run_all, tiny_config
+
+    model = replace(tiny_config().model, hidden_size=128, num_attention_heads=2, num_key_value_heads=1,
+                    head_dim=64, vocab_size=512)
+    config = tiny_config(model=model, max_num_seqs=4, max_num_batched_tokens=24, block_size=16)
+    requests = make_requests(8, seed=5, prompt=(3, 60), output=(6, 20))
+    kernel = Engine(config)
+    assert kernel.runner.varlen_prompts
+    on_kernel, snaps, _ = run_all(kernel, requests)
+    assert any(s.num_prefill_tokens and s.num_decode_tokens for s in snaps)  # mixed steps happened
+
+    monkeypatch.setattr(cpu_attention, "usable", lambda dtype, head_dim: False)
+    reference = Engine(config)
+    assert not reference.runner.varlen_prompts
+    on_reference, _, _ = run_all(reference, requests)
+    assert on_kernel == on_reference
