@@ -18,7 +18,7 @@ from torch import nn
 
 from batchtop.core_engine.config import ModelConfig
 from batchtop.core_engine.model.packed_linear import PackedLinear
-from batchtop.gpu_kernels import (cpu_attention, decode_attention, decode_mask, gather_kv, needs_decode_mask, prefill_attention,
+from batchtop.gpu_kernels import (cpu_kernels, decode_attention, decode_mask, gather_kv, needs_decode_mask, prefill_attention,
                                   store_kv)
 
 
@@ -65,9 +65,24 @@ class RMSNorm(nn.Module):
         self.variance_epsilon = eps
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        # HF's math (normalise in fp32, scale) as one fused kernel; it rounds to the model dtype once
-        # at the end where HF rounds before the scale too, which differs only in the last bf16 bit.
+        if fused_on_cpu(x):  # HF's exact rounding, in one pass
+            return cpu_kernels.rms_norm(x, self.weight, self.variance_epsilon)
+        # HF's math (normalise in fp32, scale) as one torch op; it rounds to the model dtype once at
+        # the end where HF rounds before the scale too, which differs only in the last bf16 bit.
         return F.rms_norm(x, (x.shape[-1],), self.weight, self.variance_epsilon)
+
+    def add_and_norm(self, residual: torch.Tensor, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(residual + x, its norm); on the CPU kernels the sum is written into residual."""
+        if fused_on_cpu(x):
+            return residual, cpu_kernels.add_rms_norm(residual, x, self.weight, self.variance_epsilon)
+        residual = residual + x
+        return residual, self(residual)
+
+
+def fused_on_cpu(x: torch.Tensor) -> bool:
+    """Whether the decoder's elementwise steps run as batchtop's fused CPU kernels (same math as the
+    torch ops beside them, which stay the readable definition and run everywhere else)."""
+    return x.device.type == "cpu" and x.is_contiguous() and cpu_kernels.usable(x.dtype, 0)
 
 
 def rope_inv_freq(config: ModelConfig) -> torch.Tensor:
@@ -159,7 +174,7 @@ class Attention(nn.Module):
         qk = qkv[:, :self.q_size + self.kv_size].view(t, self.num_heads + self.num_kv_heads, self.head_dim)
         if self.q_norm is not None:  # Qwen3: each head normalised before RoPE
             qk = torch.cat((self.q_norm(qk[:, :self.num_heads]), self.k_norm(qk[:, self.num_heads:])), dim=1)
-        qk = apply_rope(qk, cos, sin)
+        qk = cpu_kernels.rope_(qk, cos, sin) if fused_on_cpu(x) else apply_rope(qk, cos, sin)
         q, k = qk[:, :self.num_heads], qk[:, self.num_heads:]  # (T, nh, hd), (T, kvh, hd)
         v = qkv[:, self.q_size + self.kv_size:].view(t, self.num_kv_heads, self.head_dim)
         k_cache, v_cache = batch.kv_caches[self.layer_idx]
@@ -168,7 +183,7 @@ class Attention(nn.Module):
         d, varlen = batch.num_decode_rows, batch.varlen
         if varlen is not None:  # the CPU kernel takes the decode rows and every real prompt chunk at once
             d = varlen.num_rows
-            varlen_out = cpu_attention.paged_attention(q[:d], k_cache, v_cache, varlen.tables, varlen.row_tables,
+            varlen_out = cpu_kernels.paged_attention(q[:d], k_cache, v_cache, varlen.tables, varlen.row_tables,
                                                        varlen.context_lens, self.scale)
         if d == t:  # nothing left to interleave (a pure decode step, or all rows in the one call)
             out = varlen_out if varlen is not None else decode_attention(
@@ -202,7 +217,10 @@ class MLP(nn.Module):
         register_fused(self, "gate_up_proj", (("gate_proj", i), ("up_proj", i)))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        gate, up = self.gate_up_proj(x).chunk(2, dim=-1)
+        gate_up = self.gate_up_proj(x)
+        if fused_on_cpu(gate_up):
+            return self.down_proj(cpu_kernels.silu_and_mul(gate_up))
+        gate, up = gate_up.chunk(2, dim=-1)
         return self.down_proj(F.silu(gate) * up)
 
 
@@ -216,8 +234,9 @@ class DecoderLayer(nn.Module):
 
     def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
                 batch: AttentionBatch) -> torch.Tensor:
-        x = x + self.self_attn(self.input_layernorm(x), cos, sin, batch)
-        return x + self.mlp(self.post_attention_layernorm(x))
+        x, normed = self.post_attention_layernorm.add_and_norm(x, self.self_attn(self.input_layernorm(x), cos, sin,
+                                                                                  batch))
+        return x + self.mlp(normed)
 
 
 class LlamaBody(nn.Module):

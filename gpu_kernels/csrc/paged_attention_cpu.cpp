@@ -15,26 +15,15 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
-#include <cstring>
 #include <limits>
 #include <optional>
 #include <vector>
 
-#if defined(__AVX512F__)
-#include <immintrin.h>
-#endif
+#include "cpu_vec.h"
 
 namespace {
 
-inline float to_float(float x) { return x; }
-inline float to_float(c10::BFloat16 x) {
-  uint32_t bits = static_cast<uint32_t>(x.x) << 16;
-  float f;
-  std::memcpy(&f, &bits, sizeof f);
-  return f;
-}
-inline void store(float* dst, float x) { *dst = x; }
-inline void store(c10::BFloat16* dst, float x) { *dst = c10::BFloat16(x); }  // round to nearest even
+using namespace batchtop_cpu;
 
 struct Job {  // one (query row, KV head): where its inputs are and where its output goes
   const void* q;  // first of its `group` query heads
@@ -95,36 +84,6 @@ void attend_scalar(const Job& job, const Pool& pool, int group, int64_t hd, floa
 }
 
 #if defined(__AVX512F__)
-inline __m512 load16(const float* p) { return _mm512_loadu_ps(p); }
-inline __m512 load16(const c10::BFloat16* p) {
-  __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
-  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
-}
-inline void store16(float* p, __m512 x) { _mm512_storeu_ps(p, x); }
-inline void store16(c10::BFloat16* p, __m512 x) {  // round to nearest even, as c10::BFloat16(float)
-  __m512i bits = _mm512_castps_si512(x);
-  __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(bits, 16), _mm512_set1_epi32(1));
-  bits = _mm512_add_epi32(bits, _mm512_add_epi32(lsb, _mm512_set1_epi32(0x7fff)));
-  _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), _mm512_cvtepi32_epi16(_mm512_srli_epi32(bits, 16)));
-}
-
-// exp(x) for x <= 0 (softmax after the max is subtracted): 2^(x log2 e), split into 2^n 2^f with a
-// degree-6 polynomial on f in [-0.5, 0.5]; relative error ~2e-7, below the reference's fp32 rounding.
-inline __m512 exp_nonpositive(__m512 x) {
-  x = _mm512_max_ps(x, _mm512_set1_ps(-87.f));
-  const __m512 t = _mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f));
-  const __m512 n = _mm512_roundscale_ps(t, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  const __m512 f = _mm512_mul_ps(_mm512_sub_ps(t, n), _mm512_set1_ps(0.693147180559945309f));
-  __m512 p = _mm512_set1_ps(1.f / 720);
-  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.f / 120));
-  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.f / 24));
-  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.f / 6));
-  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(0.5f));
-  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.f));
-  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.f));
-  return _mm512_scalef_ps(p, n);
-}
-
 // Lane sums of 16 vectors as one vector: out[j] = sum of a[j]'s 16 lanes, in 15 adds and 30 shuffles.
 inline __m512 reduce16(const __m512 (&a)[16]) {
   __m512 r[8], s[4];
@@ -195,7 +154,7 @@ void attend_avx512(const Job& job, const Pool& pool, int runtime_group, float sc
     const __m512 vmax = _mm512_set1_ps(_mm512_reduce_max_ps(m));
     __m512 sum = _mm512_setzero_ps();
     for (int64_t t = 0; t < padded; t += 16) {
-      const __m512 e = exp_nonpositive(_mm512_sub_ps(_mm512_loadu_ps(sg + t), vmax));
+      const __m512 e = exp16(_mm512_sub_ps(_mm512_loadu_ps(sg + t), vmax));
       _mm512_storeu_ps(sg + t, e);
       sum = _mm512_add_ps(sum, e);
     }

@@ -6,10 +6,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-from batchtop.gpu_kernels import cpu_attention, decode_mask, gather_kv, paged_decode_attention, prefill_attention
+from batchtop.gpu_kernels import cpu_kernels, decode_mask, gather_kv, paged_decode_attention, prefill_attention
 
-pytestmark = pytest.mark.skipif(not cpu_attention.available(),
-                                reason=f"CPU kernel not built: {cpu_attention.why_unavailable()}")
+pytestmark = pytest.mark.skipif(not cpu_kernels.available(),
+                                reason=f"CPU kernel not built: {cpu_kernels.why_unavailable()}")
 
 # head_dim 64 and 128 take the vectorised path (on AVX-512 CPUs), 16 and 40 the portable one
 SHAPES = [(4, 2, 16), (8, 2, 40), (16, 4, 64), (8, 1, 128), (12, 4, 64)]
@@ -33,7 +33,7 @@ def test_decode_rows_match_the_reference(dtype, nh, kvh, hd, block_size):
     tables = torch.randperm(k_cache.shape[0], generator=gen)[:width * len(lengths)].view(len(lengths), width)
     q = torch.randn(len(lengths), nh, hd, generator=gen).to(dtype)
     scale = hd ** -0.5
-    got = cpu_attention.paged_attention(q, k_cache, v_cache, tables, None, lengths, scale)
+    got = cpu_kernels.paged_attention(q, k_cache, v_cache, tables, None, lengths, scale)
     want = paged_decode_attention(q.float(), k_cache.float(), v_cache.float(), tables, lengths, scale)
     torch.testing.assert_close(got.float(), want, **TOLERANCE[dtype])
 
@@ -51,7 +51,7 @@ def test_prompt_chunks_of_several_sequences_in_one_call_match_causal_attention(d
     q = torch.randn(sum(n for _, _, n in chunks), nh, hd, generator=gen).to(dtype)
     row_tables = torch.tensor([t for t, _, n in chunks for _ in range(n)])
     lens = torch.tensor([start + i + 1 for _, start, n in chunks for i in range(n)])
-    got = cpu_attention.paged_attention(q, k_cache, v_cache, tables, row_tables, lens, hd ** -0.5)
+    got = cpu_kernels.paged_attention(q, k_cache, v_cache, tables, row_tables, lens, hd ** -0.5)
     row = 0
     for table, start, n in chunks:
         ck, cv = gather_kv(k_cache.float(), v_cache.float(), tables[table], start + n)
@@ -70,7 +70,7 @@ def test_strided_query_and_table_views_are_read_where_they_point():
     full = torch.randperm(30, generator=gen)[:3 * 8].view(3, 8)
     tables = full[:, :3]
     lens = torch.tensor([5, 48, 20])
-    got = cpu_attention.paged_attention(q, k_cache, v_cache, tables, None, lens, 0.125)
+    got = cpu_kernels.paged_attention(q, k_cache, v_cache, tables, None, lens, 0.125)
     want = paged_decode_attention(q.contiguous(), k_cache, v_cache, tables.contiguous(), lens, 0.125,
                                   decode_mask(tables, lens, 16))
     torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
@@ -82,9 +82,9 @@ def test_a_row_is_the_same_whatever_shares_its_batch():
     tables = torch.randperm(64, generator=gen)[:8 * 8].view(8, 8)
     q = torch.randn(8, 16, 64, generator=gen).to(torch.bfloat16)
     lens = torch.tensor([100, 3, 77, 128, 1, 64, 90, 12])
-    batch = cpu_attention.paged_attention(q, k_cache, v_cache, tables, None, lens, 0.125)
+    batch = cpu_kernels.paged_attention(q, k_cache, v_cache, tables, None, lens, 0.125)
     for r in range(8):
-        alone = cpu_attention.paged_attention(q[r:r + 1], k_cache, v_cache, tables[r:r + 1], None, lens[r:r + 1], 0.125)
+        alone = cpu_kernels.paged_attention(q[r:r + 1], k_cache, v_cache, tables[r:r + 1], None, lens[r:r + 1], 0.125)
         assert torch.equal(alone[0], batch[r])
 
 
@@ -92,10 +92,10 @@ def test_a_bad_call_names_what_is_wrong():
     k_cache = torch.zeros(4, 16, 2, 64)
     q = torch.zeros(2, 4, 64)
     with pytest.raises(RuntimeError, match="row_tables"):
-        cpu_attention.paged_attention(q, k_cache, k_cache, torch.zeros(2, 1, dtype=torch.long),
+        cpu_kernels.paged_attention(q, k_cache, k_cache, torch.zeros(2, 1, dtype=torch.long),
                                       torch.zeros(3, dtype=torch.long), torch.ones(2, dtype=torch.long), 1.0)
     with pytest.raises(RuntimeError, match="dtype"):
-        cpu_attention.paged_attention(q.to(torch.bfloat16), k_cache, k_cache, torch.zeros(2, 1, dtype=torch.long),
+        cpu_kernels.paged_attention(q.to(torch.bfloat16), k_cache, k_cache, torch.zeros(2, 1, dtype=torch.long),
                                       None, torch.ones(2, dtype=torch.long), 1.0)
 
 
@@ -116,8 +116,59 @@ def test_the_engine_on_the_kernel_generates_what_it_generates_on_the_reference(m
     on_kernel, snaps, _ = run_all(kernel, requests)
     assert any(s.num_prefill_tokens and s.num_decode_tokens for s in snaps)  # mixed steps happened
 
-    monkeypatch.setattr(cpu_attention, "usable", lambda dtype, head_dim: False)
+    monkeypatch.setattr(cpu_kernels, "usable", lambda dtype, head_dim: False)
     reference = Engine(config)
     assert not reference.runner.varlen_prompts
     on_reference, _, _ = run_all(reference, requests)
     assert on_kernel == on_reference
+
+
+def hf_rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    """transformers' LlamaRMSNorm: normalise in fp32, round to the dtype, then scale."""
+    h = x.float()
+    h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + eps)
+    return weight * h.to(x.dtype)
+
+
+# bf16 results may differ from torch's by one rounding step where fp32 intermediates differ in the last bit
+FUSED_TOLERANCE = {torch.float32: dict(rtol=1e-6, atol=1e-6), torch.bfloat16: dict(rtol=8e-3, atol=8e-3)}
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("hidden", [64, 1000, 1024])  # 1000: a tail past the last full vector
+def test_fused_norms_match_hugging_faces_rounding(dtype, hidden):
+    gen = torch.Generator().manual_seed(hidden)
+    x = (torch.randn(5, hidden, generator=gen) * 3).to(dtype)
+    h = torch.randn(5, hidden, generator=gen).to(dtype)
+    w = (1 + torch.randn(hidden, generator=gen) * 0.1).to(dtype)
+    torch.testing.assert_close(cpu_kernels.rms_norm(x, w, 1e-5), hf_rms_norm(x, w, 1e-5), **FUSED_TOLERANCE[dtype])
+    residual = x.clone()
+    normed = cpu_kernels.add_rms_norm(residual, h, w, 1e-5)
+    assert torch.equal(residual, x + h)  # the residual stream, rounded as torch's add rounds it
+    torch.testing.assert_close(normed, hf_rms_norm(x + h, w, 1e-5), **FUSED_TOLERANCE[dtype])
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("width", [40, 2816])
+def test_silu_and_mul_matches_torch(dtype, width):
+    gen = torch.Generator().manual_seed(width)
+    gate_up = (torch.randn(7, 2 * width, generator=gen) * 4).to(dtype)
+    gate, up = gate_up.chunk(2, dim=-1)
+    torch.testing.assert_close(cpu_kernels.silu_and_mul(gate_up), torch.nn.functional.silu(gate) * up,
+                               **FUSED_TOLERANCE[dtype])
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_rope_in_place_on_a_strided_view_matches_apply_rope(dtype):
+    from batchtop.core_engine.model.llama import apply_rope, rope_cos_sin
+
+    gen = torch.Generator().manual_seed(9)
+    qkv = torch.randn(6, (4 + 2 + 2) * 64, generator=gen).to(dtype)
+    qk = qkv[:, :6 * 64].view(6, 6, 64)  # q and k heads of the fused projection, v left alone
+    cos, sin = rope_cos_sin(torch.tensor([0, 1, 5, 17, 100, 4000]), 1.0 / (10000 ** (torch.arange(0, 64, 2) / 64)),
+                            dtype)
+    want = apply_rope(qk.clone(), cos, sin)
+    v_before = qkv[:, 6 * 64:].clone()
+    cpu_kernels.rope_(qk, cos, sin)
+    torch.testing.assert_close(qk, want, **FUSED_TOLERANCE[dtype])
+    assert torch.equal(qkv[:, 6 * 64:], v_before)

@@ -1,0 +1,103 @@
+"""batchtop's C++ CPU kernels against the torch code they replace, side by side in one run.
+
+    python bench/cpu_kernels.py [--threads 1] [--dtype bfloat16]
+
+cpu-demo's shapes (16 heads, 4 KV heads, head_dim 64, hidden 1024, intermediate 2816, block 16):
+- decode attention for 16 sequences at several contexts: the kernel reading the pool in place vs the
+  reference (gather every block table into a dense copy, SDPA with a mask);
+- one prompt chunk at several lengths, fresh and continuing after 128 cached tokens: the kernel's
+  varlen rows vs SDPA (with the gather the continuation needs);
+- the decoder layer's elementwise steps at 8 and 64 rows: RMSNorm, residual add + RMSNorm, SiLU-and-mul
+  and RoPE as fused passes vs the torch ops.
+Each pair is timed alternately (median of rounds), so a noisy neighbour hits both; the ratio is what
+counts.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+
+import torch
+import torch.nn.functional as F
+
+from batchtop.core_engine.model.llama import apply_rope, rope_cos_sin
+from batchtop.gpu_kernels import cpu_kernels, decode_mask, gather_kv, paged_decode_attention, prefill_attention
+
+NH, KVH, HD, BS, HIDDEN, INTER = 16, 4, 64, 16, 1024, 2816
+
+
+def timed(fn, reps: int) -> float:
+    fn()
+    t0 = time.perf_counter()
+    for _ in range(reps):
+        fn()
+    return (time.perf_counter() - t0) / reps
+
+
+def pair(label: str, ours, theirs, rounds: int = 5, reps: int = 20) -> None:
+    a, b = [], []
+    for _ in range(rounds):
+        a.append(timed(ours, reps))
+        b.append(timed(theirs, reps))
+    mine, ref = statistics.median(a) * 1e3, statistics.median(b) * 1e3
+    print(f"  {label:<44} kernel {mine:8.3f} ms   torch {ref:8.3f} ms   {ref / mine:5.2f}x")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--dtype", choices=["float32", "bfloat16"], default="bfloat16")
+    args = ap.parse_args()
+    if not cpu_kernels.available():
+        raise SystemExit(f"the CPU kernels are not built here: {cpu_kernels.why_unavailable()}")
+    torch.set_num_threads(args.threads)
+    dtype = getattr(torch, args.dtype)
+    gen = torch.Generator().manual_seed(0)
+    k_cache = torch.randn(2048, BS, KVH, HD, generator=gen).to(dtype)
+    v_cache = torch.randn(2048, BS, KVH, HD, generator=gen).to(dtype)
+    print(f"{args.dtype}, {args.threads} thread(s); cpu-demo shapes")
+
+    print("decode attention, 16 sequences:")
+    q = torch.randn(16, NH, HD, generator=gen).to(dtype)
+    for ctx in (32, 128, 512):
+        tables = torch.randperm(2048, generator=gen)[:16 * (ctx // BS)].view(16, ctx // BS)
+        lens = torch.full((16,), ctx)
+        mask = decode_mask(tables, lens, BS)
+        pair(f"context {ctx}", lambda: cpu_kernels.paged_attention(q, k_cache, v_cache, tables, None, lens, HD ** -0.5),
+             lambda: paged_decode_attention(q, k_cache, v_cache, tables, lens, HD ** -0.5, mask))
+
+    print("one prompt chunk:")
+    for n in (16, 64, 256):
+        qc = torch.randn(n, NH, HD, generator=gen).to(dtype)
+        k, v = torch.randn(n, KVH, HD, generator=gen).to(dtype), torch.randn(n, KVH, HD, generator=gen).to(dtype)
+        table = torch.randperm(2048, generator=gen)[:(128 + n) // BS + 1]
+        rows = torch.zeros(n, dtype=torch.long)
+        lens = torch.arange(1, n + 1)
+        pair(f"{n} tokens, fresh", lambda: cpu_kernels.paged_attention(qc, k_cache, v_cache, table[None], rows, lens, 0.125),
+             lambda: prefill_attention(qc, k, v, 0, 0.125))
+        pair(f"{n} tokens after 128 cached",
+             lambda: cpu_kernels.paged_attention(qc, k_cache, v_cache, table[None], rows, lens + 128, 0.125),
+             lambda: prefill_attention(qc, *gather_kv(k_cache, v_cache, table, 128 + n), 128, 0.125))
+
+    print("elementwise steps of one decoder layer:")
+    w = torch.ones(HIDDEN, dtype=dtype)
+    inv_freq = 1.0 / (10000 ** (torch.arange(0, HD, 2, dtype=torch.float32) / HD))
+    for rows in (8, 64):
+        x = torch.randn(rows, HIDDEN, generator=gen).to(dtype)
+        h = torch.randn(rows, HIDDEN, generator=gen).to(dtype)
+        gate_up = torch.randn(rows, 2 * INTER, generator=gen).to(dtype)
+        qk = torch.randn(rows, NH + KVH, HD, generator=gen).to(dtype)
+        cos, sin = rope_cos_sin(torch.arange(rows), inv_freq, dtype)
+        pair(f"{rows} rows: RMSNorm", lambda: cpu_kernels.rms_norm(x, w, 1e-5),
+             lambda: F.rms_norm(x, (HIDDEN,), w, 1e-5))
+        pair(f"{rows} rows: residual add + RMSNorm", lambda: cpu_kernels.add_rms_norm(x.clone(), h, w, 1e-5),
+             lambda: F.rms_norm(x.clone() + h, (HIDDEN,), w, 1e-5))
+        pair(f"{rows} rows: SiLU(gate) * up", lambda: cpu_kernels.silu_and_mul(gate_up),
+             lambda: F.silu(gate_up[:, :INTER]) * gate_up[:, INTER:])
+        pair(f"{rows} rows: RoPE on q and k", lambda: cpu_kernels.rope_(qk, cos, sin), lambda: apply_rope(qk, cos, sin))
+
+
+if __name__ == "__main__":
+    main()

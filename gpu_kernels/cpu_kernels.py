@@ -1,0 +1,92 @@
+"""batchtop's C++ CPU kernels (csrc/): built once per machine, then loaded.
+
+- paged_attention (paged_attention_cpu.cpp) reads each row's keys and values straight from the pool
+  through its block table, where the torch reference gathers every table into a dense copy and calls
+  SDPA; decode rows and prompt chunks go through one call.
+- rms_norm, add_rms_norm, silu_and_mul and rope (fused_ops_cpu.cpp) do each of the decoder layer's
+  elementwise steps in one pass, rounded as Hugging Face's separate torch ops round.
+bench/cpu_kernels.py measures each against the torch ops it replaces. The build uses torch's
+cpp_extension (a C++ compiler and ninja) and is cached under torch's extensions directory; where it
+cannot be built, or with BATCHTOP_CPU_KERNEL=0, the torch code runs and `why_unavailable()` says why.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import sys
+from pathlib import Path
+
+import torch
+
+SOURCES = [Path(__file__).with_name("csrc") / name for name in ("paged_attention_cpu.cpp", "fused_ops_cpu.cpp")]
+NAME = "batchtop_cpu_kernels"
+DTYPES = (torch.float32, torch.bfloat16)
+_why: list[str] = []
+
+
+@functools.cache
+def _load() -> bool:
+    if os.environ.get("BATCHTOP_CPU_KERNEL", "1") == "0":
+        _why.append("turned off by BATCHTOP_CPU_KERNEL=0")
+        return False
+    try:
+        from torch.utils import cpp_extension
+
+        build = Path(cpp_extension._get_build_directory(NAME, verbose=False))
+        if not any(build.glob("*.so")):
+            print("batchtop: building the CPU kernels (once per machine, under a minute)...", file=sys.stderr)
+        cpp_extension.load(NAME, [str(s) for s in SOURCES], is_python_module=False,
+                           extra_cflags=["-O3", "-march=native", "-fopenmp"], extra_ldflags=["-fopenmp"])
+        return hasattr(torch.ops.batchtop_cpu, "paged_attention") and hasattr(torch.ops.batchtop_cpu, "rope")
+    except Exception as exc:  # no compiler, no ninja, an unsupported CPU: the reference still works
+        _why.append(f"{type(exc).__name__}: {str(exc).strip().splitlines()[-1] if str(exc).strip() else ''}")
+        return False
+
+
+def available() -> bool:
+    return _load()
+
+
+def why_unavailable() -> str | None:
+    return None if available() else _why[-1] if _why else "not built"
+
+
+def usable(dtype: torch.dtype, head_dim: int) -> bool:
+    return dtype in DTYPES and head_dim <= 256 and available()
+
+
+def paged_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, block_tables: torch.Tensor,
+                    row_tables: torch.Tensor | None, context_lens: torch.Tensor, scale: float) -> torch.Tensor:
+    """Each query row r (rows, heads, hd) attends to keys [0, context_lens[r]) of the sequence whose
+    block table is block_tables[row_tables[r]] (block_tables[r] when row_tables is None).
+    Returns (rows, heads, hd) in q's dtype."""
+    out = torch.empty(q.shape, dtype=q.dtype)
+    torch.ops.batchtop_cpu.paged_attention(out, q, k_cache, v_cache, block_tables, row_tables, context_lens, scale)
+    return out
+
+
+def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    out = torch.empty_like(x)
+    torch.ops.batchtop_cpu.rms_norm(out, x, weight, eps)
+    return out
+
+
+def add_rms_norm(residual: torch.Tensor, x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    """residual += x (in place, rounded to its dtype); returns rms_norm(residual)."""
+    out = torch.empty_like(x)
+    torch.ops.batchtop_cpu.add_rms_norm(residual, x, out, weight, eps)
+    return out
+
+
+def silu_and_mul(gate_up: torch.Tensor) -> torch.Tensor:
+    """silu(gate) * up over gate_up = [gate | up] on its last dim."""
+    out = torch.empty((*gate_up.shape[:-1], gate_up.shape[-1] // 2), dtype=gate_up.dtype)
+    torch.ops.batchtop_cpu.silu_and_mul(out, gate_up)
+    return out
+
+
+def rope_(x: torch.Tensor, cos: torch.Tensor, signed_sin: torch.Tensor) -> torch.Tensor:
+    """apply_rope in place on x (rows, heads, head_dim); tables (rows, 1, head_dim) or (rows, head_dim)."""
+    torch.ops.batchtop_cpu.rope(x, cos, signed_sin)
+    return x

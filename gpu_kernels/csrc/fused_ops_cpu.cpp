@@ -1,0 +1,200 @@
+// The decoder layer's elementwise work as single passes for the CPU, each with Hugging Face's rounding:
+// every intermediate torch would store in the model dtype is rounded to it here too.
+//   rms_norm:      out = w * dtype(x * rsqrt(mean(x^2) + eps))
+//   add_rms_norm:  residual = dtype(residual + x), then out = rms_norm(residual)   (residual in place)
+//   silu_and_mul:  out = dtype(dtype(silu(gate)) * up) over gate_up = [gate | up]
+//   rope:          x = dtype(dtype(x * cos) + rotate(x) * signed_sin) per head, in place
+// At decode sizes each torch op costs more in dispatch than in arithmetic; one pass also reads and
+// writes each tensor once instead of once per op.
+
+#include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+#include <torch/library.h>
+
+#include <cmath>
+#include <cstdint>
+
+#include "cpu_vec.h"
+
+namespace {
+
+using namespace batchtop_cpu;
+
+template <typename T>
+inline float round_to(float x) {  // what storing x as a T and reading it back gives
+  T t;
+  store(&t, x);
+  return to_float(t);
+}
+
+constexpr int64_t GRAIN = 1 << 14;  // elements per parallel task: small tensors stay on one thread
+
+template <typename T>
+void rms_norm_row(T* out, const T* x, const T* w, int64_t n, float eps) {
+  float sumsq = 0.f;
+  int64_t i = 0;
+#if defined(__AVX512F__)
+  __m512 acc = _mm512_setzero_ps();
+  for (; i + 16 <= n; i += 16) {
+    const __m512 v = load16(x + i);
+    acc = _mm512_fmadd_ps(v, v, acc);
+  }
+  sumsq = _mm512_reduce_add_ps(acc);
+#endif
+  for (; i < n; ++i) sumsq += to_float(x[i]) * to_float(x[i]);
+  const float inv = 1.f / std::sqrt(sumsq / static_cast<float>(n) + eps);
+  i = 0;
+#if defined(__AVX512F__)
+  const __m512 vinv = _mm512_set1_ps(inv);
+  for (; i + 16 <= n; i += 16) {
+    __m512 normed = _mm512_mul_ps(load16(x + i), vinv);
+    if constexpr (!std::is_same_v<T, float>) {  // round to the dtype before the scale, as HF does
+      alignas(64) T tmp[16];
+      store16(tmp, normed);
+      normed = load16(tmp);
+    }
+    store16(out + i, _mm512_mul_ps(load16(w + i), normed));
+  }
+#endif
+  for (; i < n; ++i) store(out + i, to_float(w[i]) * round_to<T>(to_float(x[i]) * inv));
+}
+
+template <typename T>
+void rms_norm_impl(at::Tensor& out, at::Tensor& x, const at::Tensor& w, double eps, bool add, const at::Tensor* residual_in) {
+  const int64_t n = x.size(-1), rows = x.numel() / n;
+  T* op = out.data_ptr<T>();
+  T* xp = x.data_ptr<T>();
+  const T* wp = w.data_ptr<T>();
+  const T* rp = residual_in ? residual_in->data_ptr<T>() : nullptr;
+  at::parallel_for(0, rows, std::max<int64_t>(1, GRAIN / n), [&](int64_t begin, int64_t end) {
+    for (int64_t r = begin; r < end; ++r) {
+      T* row = xp + r * n;
+      if (add) {
+        const T* other = rp + r * n;
+        int64_t i = 0;
+#if defined(__AVX512F__)
+        for (; i + 16 <= n; i += 16) store16(row + i, _mm512_add_ps(load16(row + i), load16(other + i)));
+#endif
+        for (; i < n; ++i) store(row + i, to_float(row[i]) + to_float(other[i]));
+      }
+      rms_norm_row(op + r * n, row, wp, n, static_cast<float>(eps));
+    }
+  });
+}
+
+void check_rows(const at::Tensor& t, const at::Tensor& like, const char* what) {
+  TORCH_CHECK(t.device().is_cpu() && t.is_contiguous() && t.scalar_type() == like.scalar_type() &&
+              t.sizes() == like.sizes(), what, ": a contiguous CPU tensor shaped and typed like the input");
+}
+
+void rms_norm(at::Tensor out, at::Tensor x, const at::Tensor& weight, double eps) {
+  check_rows(out, x, "rms_norm out");
+  check_rows(x, x, "rms_norm x");
+  TORCH_CHECK(weight.is_contiguous() && weight.numel() == x.size(-1) && weight.scalar_type() == x.scalar_type(),
+              "rms_norm: weight must be (hidden,) in the input's dtype");
+  if (x.scalar_type() == at::kFloat) return rms_norm_impl<float>(out, x, weight, eps, false, nullptr);
+  TORCH_CHECK(x.scalar_type() == at::kBFloat16, "rms_norm: float32 or bfloat16 only");
+  rms_norm_impl<c10::BFloat16>(out, x, weight, eps, false, nullptr);
+}
+
+// residual += x (rounded), then out = rms_norm(residual)
+void add_rms_norm(at::Tensor residual, const at::Tensor& x, at::Tensor out, const at::Tensor& weight, double eps) {
+  check_rows(residual, x, "add_rms_norm residual");
+  check_rows(out, x, "add_rms_norm out");
+  check_rows(x, x, "add_rms_norm x");
+  TORCH_CHECK(weight.is_contiguous() && weight.numel() == x.size(-1) && weight.scalar_type() == x.scalar_type(),
+              "add_rms_norm: weight must be (hidden,) in the input's dtype");
+  if (x.scalar_type() == at::kFloat) return rms_norm_impl<float>(out, residual, weight, eps, true, &x);
+  TORCH_CHECK(x.scalar_type() == at::kBFloat16, "add_rms_norm: float32 or bfloat16 only");
+  rms_norm_impl<c10::BFloat16>(out, residual, weight, eps, true, &x);
+}
+
+template <typename T>
+void silu_and_mul_impl(at::Tensor& out, const at::Tensor& gate_up) {
+  const int64_t n = out.size(-1), rows = out.numel() / n;
+  T* op = out.data_ptr<T>();
+  const T* gp = gate_up.data_ptr<T>();
+  at::parallel_for(0, rows, std::max<int64_t>(1, GRAIN / n), [&](int64_t begin, int64_t end) {
+    for (int64_t r = begin; r < end; ++r) {
+      const T* g = gp + r * 2 * n;
+      const T* u = g + n;
+      T* o = op + r * n;
+      int64_t i = 0;
+#if defined(__AVX512F__)
+      const __m512 one = _mm512_set1_ps(1.f);
+      for (; i + 16 <= n; i += 16) {
+        const __m512 x = load16(g + i);
+        __m512 act = _mm512_div_ps(x, _mm512_add_ps(one, exp16(_mm512_sub_ps(_mm512_setzero_ps(), x))));
+        if constexpr (!std::is_same_v<T, float>) {
+          alignas(64) T tmp[16];
+          store16(tmp, act);
+          act = load16(tmp);
+        }
+        store16(o + i, _mm512_mul_ps(act, load16(u + i)));
+      }
+#endif
+      for (; i < n; ++i) {
+        const float x = to_float(g[i]);
+        store(o + i, round_to<T>(x / (1.f + std::exp(-x))) * to_float(u[i]));
+      }
+    }
+  });
+}
+
+void silu_and_mul(at::Tensor out, const at::Tensor& gate_up) {
+  TORCH_CHECK(gate_up.device().is_cpu() && gate_up.is_contiguous() && out.is_contiguous() &&
+              gate_up.scalar_type() == out.scalar_type() && gate_up.size(-1) == 2 * out.size(-1) &&
+              gate_up.numel() == 2 * out.numel(), "silu_and_mul: out (rows, n), gate_up (rows, 2n), contiguous");
+  if (out.scalar_type() == at::kFloat) return silu_and_mul_impl<float>(out, gate_up);
+  TORCH_CHECK(out.scalar_type() == at::kBFloat16, "silu_and_mul: float32 or bfloat16 only");
+  silu_and_mul_impl<c10::BFloat16>(out, gate_up);
+}
+
+template <typename T>
+void rope_impl(at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin) {
+  const int64_t rows = x.size(0), heads = x.size(1), hd = x.size(2), half = hd / 2;
+  const int64_t row_stride = x.stride(0), head_stride = x.stride(1);
+  T* xp = x.data_ptr<T>();
+  const T* cp = cos.data_ptr<T>();
+  const T* sp = sin.data_ptr<T>();
+  at::parallel_for(0, rows, std::max<int64_t>(1, GRAIN / (heads * hd)), [&](int64_t begin, int64_t end) {
+    float head[512];
+    for (int64_t r = begin; r < end; ++r) {
+      const T* c = cp + r * hd;
+      const T* s = sp + r * hd;
+      for (int64_t h = 0; h < heads; ++h) {
+        T* v = xp + r * row_stride + h * head_stride;
+        for (int64_t d = 0; d < hd; ++d) head[d] = to_float(v[d]);
+        for (int64_t d = 0; d < hd; ++d) {
+          const float rotated = head[d < half ? d + half : d - half];
+          store(v + d, round_to<T>(head[d] * to_float(c[d])) + rotated * to_float(s[d]));
+        }
+      }
+    }
+  });
+}
+
+// x: (rows, heads, head_dim) with a contiguous last dim, rotated in place; cos, signed_sin: (rows, head_dim)
+void rope(at::Tensor x, const at::Tensor& cos, const at::Tensor& signed_sin) {
+  TORCH_CHECK(x.device().is_cpu() && x.dim() == 3 && x.stride(2) == 1 && x.size(2) % 2 == 0 && x.size(2) <= 512,
+              "rope: x (rows, heads, even head_dim <= 512) with a contiguous last dim");
+  TORCH_CHECK(cos.is_contiguous() && signed_sin.is_contiguous() && cos.numel() == x.size(0) * x.size(2) &&
+              signed_sin.numel() == cos.numel() && cos.scalar_type() == x.scalar_type() &&
+              signed_sin.scalar_type() == x.scalar_type(), "rope: cos/sin tables (rows, head_dim) in x's dtype");
+  if (x.scalar_type() == at::kFloat) return rope_impl<float>(x, cos, signed_sin);
+  TORCH_CHECK(x.scalar_type() == at::kBFloat16, "rope: float32 or bfloat16 only");
+  rope_impl<c10::BFloat16>(x, cos, signed_sin);
+}
+
+}  // namespace
+
+TORCH_LIBRARY_FRAGMENT(batchtop_cpu, m) {
+  m.def("rms_norm(Tensor(a!) out, Tensor x, Tensor weight, float eps) -> ()");
+  m.def("add_rms_norm(Tensor(a!) residual, Tensor x, Tensor(b!) out, Tensor weight, float eps) -> ()");
+  m.def("silu_and_mul(Tensor(a!) out, Tensor gate_up) -> ()");
+  m.def("rope(Tensor(a!) x, Tensor cos, Tensor signed_sin) -> ()");
+  m.impl("rms_norm", c10::DispatchKey::CPU, TORCH_FN(rms_norm));
+  m.impl("add_rms_norm", c10::DispatchKey::CPU, TORCH_FN(add_rms_norm));
+  m.impl("silu_and_mul", c10::DispatchKey::CPU, TORCH_FN(silu_and_mul));
+  m.impl("rope", c10::DispatchKey::CPU, TORCH_FN(rope));
+}
