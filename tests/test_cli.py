@@ -142,3 +142,14 @@ def test_compare_runs_both_modes_on_the_same_workload(tmp_path):
     assert s["steps"] > c["steps"] and s["padding_share"] > 0 == c["padding_share"]
     assert doc["speedup"] == pytest.approx(c["throughput_tok_s"] / s["throughput_tok_s"])
     assert "static vs continuous" in result.stdout and "TTFT p50 / p99" in result.stdout
+
+
+def test_a_run_without_the_cpu_kernels_says_so_and_still_completes(tmp_path):
+    """Where the kernels cannot be built (no compiler) the run falls back to torch ops, and says why."""
+    out = tmp_path / "m.json"
+    env = {**os.environ, "BATCHTOP_CPU_KERNEL": "0"}
+    proc = subprocess.run([sys.executable, "-m", "batchtop.tui", "--headless", *TINY, "--num-requests", "6",
+                           "--time-scale", "0", "-o", str(out)], capture_output=True, text=True, env=env, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert "CPU kernels unavailable (turned off by BATCHTOP_CPU_KERNEL=0)" in proc.stderr
+    assert json.loads(out.read_text())["complete"] is True

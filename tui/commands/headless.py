@@ -18,6 +18,7 @@ from batchtop.tui.commands.options import (EXIT_ENGINE_FAILURE, Setup, bad_input
                          workload_info)
 from batchtop.tui.commands.output import deliver_json
 from batchtop.tui.commands.progress import StderrProgress
+from batchtop.gpu_kernels import cpu_kernels
 
 
 def note(message: str) -> None:
@@ -39,7 +40,11 @@ def build_engine(setup: Setup) -> Engine:
     note(f"{verb} {c.model.name} ({c.model.num_params() / 1e6:.0f}M params, {c.dtype}) on {c.device}; "
          f"{c.num_kv_blocks} KV blocks x {c.block_size} tokens; {len(setup.requests)} requests")
     with bad_input_exits():  # a tensor the header promised but the file cannot deliver
-        return Engine(c)
+        engine = Engine(c)
+    if c.device == "cpu" and not cpu_kernels.available():
+        note(f"CPU kernels unavailable ({cpu_kernels.why_unavailable()}): attention and the elementwise "
+             "steps run as plain torch ops, slower")
+    return engine
 
 
 def pace_workload(setup: Setup, engine: Engine) -> Setup:
