@@ -5,6 +5,8 @@
   SDPA; decode rows and prompt chunks go through one call.
 - rms_norm, add_rms_norm, silu_and_mul and rope (fused_ops_cpu.cpp) do each of the decoder layer's
   elementwise steps in one pass, rounded as Hugging Face's separate torch ops round.
+- sample and argmax (sampling_cpu.cpp): the sampler's greedy / temperature / top-p draw, a few passes
+  over each row where the torch version makes a dozen full-batch ops.
 bench/cpu_kernels.py measures each against the torch ops it replaces. The build uses torch's
 cpp_extension (a C++ compiler and ninja) and is cached under torch's extensions directory; where it
 cannot be built, or with BATCHTOP_CPU_KERNEL=0, the torch code runs and `why_unavailable()` says why.
@@ -19,7 +21,8 @@ from pathlib import Path
 
 import torch
 
-SOURCES = [Path(__file__).with_name("csrc") / name for name in ("paged_attention_cpu.cpp", "fused_ops_cpu.cpp")]
+SOURCES = [Path(__file__).with_name("csrc") / name
+           for name in ("paged_attention_cpu.cpp", "fused_ops_cpu.cpp", "sampling_cpu.cpp")]
 NAME = "batchtop_cpu_kernels"
 DTYPES = (torch.float32, torch.bfloat16)
 _why: list[str] = []
@@ -38,7 +41,7 @@ def _load() -> bool:
             print("batchtop: building the CPU kernels (once per machine, under a minute)...", file=sys.stderr)
         cpp_extension.load(NAME, [str(s) for s in SOURCES], is_python_module=False,
                            extra_cflags=["-O3", "-march=native", "-fopenmp"], extra_ldflags=["-fopenmp"])
-        return hasattr(torch.ops.batchtop_cpu, "paged_attention") and hasattr(torch.ops.batchtop_cpu, "rope")
+        return all(hasattr(torch.ops.batchtop_cpu, op) for op in ("paged_attention", "rope", "sample"))
     except Exception as exc:  # no compiler, no ninja, an unsupported CPU: the reference still works
         _why.append(f"{type(exc).__name__}: {str(exc).strip().splitlines()[-1] if str(exc).strip() else ''}")
         return False
@@ -90,3 +93,18 @@ def rope_(x: torch.Tensor, cos: torch.Tensor, signed_sin: torch.Tensor) -> torch
     """apply_rope in place on x (rows, heads, head_dim); tables (rows, 1, head_dim) or (rows, head_dim)."""
     torch.ops.batchtop_cpu.rope(x, cos, signed_sin)
     return x
+
+
+def sample(logits: torch.Tensor, temperature: torch.Tensor, top_p: torch.Tensor, seed_lo: torch.Tensor,
+           seed_hi: torch.Tensor, counter: torch.Tensor) -> torch.Tensor:
+    """One token per row (S,): sampler.Sampler's distribution and uniforms, per row in one pass."""
+    tokens = torch.empty(logits.shape[0], dtype=torch.long)
+    torch.ops.batchtop_cpu.sample(tokens, logits, temperature, top_p, seed_lo, seed_hi, counter)
+    return tokens
+
+
+def argmax(logits: torch.Tensor) -> torch.Tensor:
+    """The first maximum of each row (S,)."""
+    tokens = torch.empty(logits.shape[0], dtype=torch.long)
+    torch.ops.batchtop_cpu.argmax(tokens, logits)
+    return tokens

@@ -172,3 +172,45 @@ def test_rope_in_place_on_a_strided_view_matches_apply_rope(dtype):
     cpu_kernels.rope_(qk, cos, sin)
     torch.testing.assert_close(qk, want, **FUSED_TOLERANCE[dtype])
     assert torch.equal(qkv[:, 6 * 64:], v_before)
+
+
+@pytest.mark.parametrize("top_p", [0.5, 0.9, 1.0])
+def test_the_sampling_kernel_draws_the_renormalised_nucleus_and_never_leaves_it(top_p):
+    from tests.test_sampling import nucleus, rows_batch
+
+    vocab = 40  # past two full vectors, so the vectorised passes and their tails both count
+    logits = torch.linspace(2.0, -1.0, vocab) + torch.tensor([0.3, -0.3] * (vocab // 2))
+    n = 20000
+    b = rows_batch(n, top_p)
+    tokens = cpu_kernels.sample(logits.expand(n, vocab).contiguous(), b.temperature, b.top_p, b.seed_lo, b.seed_hi,
+                                b.counter)
+    want = nucleus(torch.softmax(logits, dim=0), top_p)
+    got = torch.bincount(tokens, minlength=vocab).float() / n
+    assert torch.all(got[want == 0] == 0)
+    assert (got - want).abs().max() < 0.015
+
+
+def test_the_sampling_kernel_keeps_every_tied_token_at_the_boundary_and_greedy_rows_exact():
+    from tests.test_sampling import rows_batch
+
+    logits = torch.tensor([0.4, 0.2, 0.2, 0.2]).log().expand(4000, 4).contiguous()
+    b = rows_batch(4000, 0.5)
+    assert set(cpu_kernels.sample(logits, b.temperature, b.top_p, b.seed_lo, b.seed_hi, b.counter).tolist()) == {0, 1, 2, 3}
+    wide = torch.randn(9, 1000, generator=torch.Generator().manual_seed(1)).bfloat16()
+    wide[3, 10] = wide[3, 700] = 50.0  # a tie: the first maximum wins, as torch's argmax
+    assert torch.equal(cpu_kernels.argmax(wide), wide.argmax(dim=-1))
+    temperature = torch.tensor([0.0, 1.0] * 4 + [0.0])
+    got = cpu_kernels.sample(wide, temperature, torch.full((9,), 0.9), torch.arange(9), torch.zeros(9, dtype=torch.long),
+                             torch.full((9,), 4))
+    assert torch.equal(got[temperature == 0], wide.argmax(dim=-1)[temperature == 0])
+
+
+def test_a_seeded_row_draws_the_same_token_whatever_its_neighbours():
+    gen = torch.Generator().manual_seed(2)
+    logits = torch.randn(6, 3000, generator=gen).bfloat16()
+    args = (torch.full((6,), 0.8), torch.full((6,), 0.9), torch.arange(6) * 7, torch.zeros(6, dtype=torch.long),
+            torch.arange(6) + 30)
+    batch = cpu_kernels.sample(logits, *args)
+    for r in range(6):
+        alone = cpu_kernels.sample(logits[r:r + 1], *(a[r:r + 1] for a in args))
+        assert alone.item() == batch[r].item()
