@@ -47,7 +47,8 @@ def same_or_next_bucket(hist, exact: float, estimate: float) -> bool:
 
 
 def test_attach_follows_a_busy_batchtop_server_and_agrees_with_the_engine(tmp_path):
-    workload = [dataclasses.replace(r, arrival_s=0.3 + 0.01 * i)
+    # 48 arrivals in 0.1 s: faster than 4 slots of the tiny model serve them on any host, so a queue forms
+    workload = [dataclasses.replace(r, arrival_s=0.3 + 0.002 * i)
                 for i, r in enumerate(make_requests(48, seed=5, prompt=(4, 24), output=(24, 64)))]
     collector = EngineMetrics()
     config = tiny_config(max_num_seqs=4, num_kv_blocks=256)
