@@ -87,7 +87,8 @@ def main() -> None:
     gen = torch.Generator().manual_seed(0)
     with torch.inference_mode():
         print(f"sampler alone on ({args.batch}, {config.model.vocab_size}) logits: "
-              f"argmax {median_ms(lambda: logits.argmax(-1)):.2f} ms, "
+              f"torch's argmax {median_ms(lambda: logits.argmax(-1)):.2f} ms, "
+              f"greedy {median_ms(lambda: sampler.sample(logits, [])):.2f} ms, "
               f"temperature + top-p {median_ms(lambda: sampler.sample(logits, seqs, batch)):.2f} ms, "
               f"the per-row sort it replaced {median_ms(lambda: per_row_sort(logits, 0.9, gen), 3):.1f} ms")
 
