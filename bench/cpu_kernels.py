@@ -75,7 +75,8 @@ def main() -> None:
         table = torch.randperm(2048, generator=gen)[:(128 + n) // BS + 1]
         rows = torch.zeros(n, dtype=torch.long)
         lens = torch.arange(1, n + 1)
-        pair(f"{n} tokens, fresh", lambda: cpu_kernels.paged_attention(qc, k_cache, v_cache, table[None], rows, lens, 0.125),
+        pair(f"{n} tokens, fresh",
+             lambda: cpu_kernels.paged_attention(qc, k_cache, v_cache, table[None], rows, lens, 0.125),
              lambda: prefill_attention(qc, k, v, 0, 0.125))
         pair(f"{n} tokens after 128 cached",
              lambda: cpu_kernels.paged_attention(qc, k_cache, v_cache, table[None], rows, lens + 128, 0.125),

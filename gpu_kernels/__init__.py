@@ -1,6 +1,7 @@
 """Attention over the paged KV pool: a torch reference for CPU and CUDA, a Triton decode kernel used
 on CUDA (or anywhere under TRITON_INTERPRET=1, which is how the CPU tests run it), and a C++ kernel
-for the CPU that reads the pool in place (cpu_kernels, beside its fused elementwise ops). Imports no UI library."""
+for the CPU that reads the pool in place (cpu_kernels, beside its fused elementwise ops and sampler).
+Imports no UI library."""
 
 import os
 
@@ -38,5 +39,5 @@ def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tens
     return paged_decode_attention(q, k_cache, v_cache, block_tables, context_lens, scale, mask)
 
 
-__all__ = ["decode_attention", "decode_mask", "gather_kv", "needs_decode_mask", "paged_decode_attention", "prefill_attention",
-           "store_kv", "uses_cpu_kernel", "uses_triton"]
+__all__ = ["decode_attention", "decode_mask", "gather_kv", "needs_decode_mask", "paged_decode_attention",
+           "prefill_attention", "store_kv", "uses_cpu_kernel", "uses_triton"]

@@ -195,13 +195,14 @@ def test_the_sampling_kernel_keeps_every_tied_token_at_the_boundary_and_greedy_r
 
     logits = torch.tensor([0.4, 0.2, 0.2, 0.2]).log().expand(4000, 4).contiguous()
     b = rows_batch(4000, 0.5)
-    assert set(cpu_kernels.sample(logits, b.temperature, b.top_p, b.seed_lo, b.seed_hi, b.counter).tolist()) == {0, 1, 2, 3}
+    drawn = cpu_kernels.sample(logits, b.temperature, b.top_p, b.seed_lo, b.seed_hi, b.counter)
+    assert set(drawn.tolist()) == {0, 1, 2, 3}
     wide = torch.randn(9, 1000, generator=torch.Generator().manual_seed(1)).bfloat16()
     wide[3, 10] = wide[3, 700] = 50.0  # a tie: the first maximum wins, as torch's argmax
     assert torch.equal(cpu_kernels.argmax(wide), wide.argmax(dim=-1))
     temperature = torch.tensor([0.0, 1.0] * 4 + [0.0])
-    got = cpu_kernels.sample(wide, temperature, torch.full((9,), 0.9), torch.arange(9), torch.zeros(9, dtype=torch.long),
-                             torch.full((9,), 4))
+    got = cpu_kernels.sample(wide, temperature, torch.full((9,), 0.9), torch.arange(9),
+                             torch.zeros(9, dtype=torch.long), torch.full((9,), 4))
     assert torch.equal(got[temperature == 0], wide.argmax(dim=-1)[temperature == 0])
 
 

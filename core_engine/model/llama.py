@@ -18,8 +18,8 @@ from torch import nn
 
 from batchtop.core_engine.config import ModelConfig
 from batchtop.core_engine.model.packed_linear import PackedLinear
-from batchtop.gpu_kernels import (cpu_kernels, decode_attention, decode_mask, gather_kv, needs_decode_mask, prefill_attention,
-                                  store_kv)
+from batchtop.gpu_kernels import (cpu_kernels, decode_attention, decode_mask, gather_kv, needs_decode_mask,
+                                  prefill_attention, store_kv)
 
 
 @dataclass(slots=True)
@@ -234,8 +234,8 @@ class DecoderLayer(nn.Module):
 
     def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
                 batch: AttentionBatch) -> torch.Tensor:
-        x, normed = self.post_attention_layernorm.add_and_norm(x, self.self_attn(self.input_layernorm(x), cos, sin,
-                                                                                  batch))
+        attended = self.self_attn(self.input_layernorm(x), cos, sin, batch)
+        x, normed = self.post_attention_layernorm.add_and_norm(x, attended)
         return x + self.mlp(normed)
 
 
