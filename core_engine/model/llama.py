@@ -73,16 +73,16 @@ class RMSNorm(nn.Module):
 
     def add_and_norm(self, residual: torch.Tensor, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """(residual + x, its norm); on the CPU kernels the sum is written into residual."""
-        if fused_on_cpu(x):
+        if fused_on_cpu(x) and residual.is_contiguous():
             return residual, cpu_kernels.add_rms_norm(residual, x, self.weight, self.variance_epsilon)
         residual = residual + x
         return residual, self(residual)
 
 
-def fused_on_cpu(x: torch.Tensor) -> bool:
+def fused_on_cpu(x: torch.Tensor, head_dim: int = 0) -> bool:
     """Whether the decoder's elementwise steps run as batchtop's fused CPU kernels (same math as the
     torch ops beside them, which stay the readable definition and run everywhere else)."""
-    return x.device.type == "cpu" and x.is_contiguous() and cpu_kernels.usable(x.dtype, 0)
+    return x.device.type == "cpu" and x.is_contiguous() and cpu_kernels.usable(x.dtype, head_dim)
 
 
 def rope_inv_freq(config: ModelConfig) -> torch.Tensor:
@@ -174,7 +174,7 @@ class Attention(nn.Module):
         qk = qkv[:, :self.q_size + self.kv_size].view(t, self.num_heads + self.num_kv_heads, self.head_dim)
         if self.q_norm is not None:  # Qwen3: each head normalised before RoPE
             qk = torch.cat((self.q_norm(qk[:, :self.num_heads]), self.k_norm(qk[:, self.num_heads:])), dim=1)
-        qk = cpu_kernels.rope_(qk, cos, sin) if fused_on_cpu(x) else apply_rope(qk, cos, sin)
+        qk = cpu_kernels.rope_(qk, cos, sin) if fused_on_cpu(x, self.head_dim) else apply_rope(qk, cos, sin)
         q, k = qk[:, :self.num_heads], qk[:, self.num_heads:]  # (T, nh, hd), (T, kvh, hd)
         v = qkv[:, self.q_size + self.kv_size:].view(t, self.num_kv_heads, self.head_dim)
         k_cache, v_cache = batch.kv_caches[self.layer_idx]
