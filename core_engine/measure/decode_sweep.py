@@ -38,19 +38,21 @@ def decode_steps(engine: Engine, batch: int, context: int, steps: int) -> list[S
     return snaps[1:steps + 1]
 
 
-def decode_sweep(engine: Engine, batches: list[int], context: int, steps: int, rounds: int = 1) -> list[StepSample]:
+def decode_sweep(engine: Engine, batches: list[int], context: int, steps: int, rounds: int = 1, *,
+                 warm_up: bool = True) -> list[StepSample]:
     """`steps` measured decode steps at each batch size per round, each on a fresh engine sharing
     `engine`'s model; the rounds interleave the batch sizes, so a neighbour's burst on a shared host
     lands on one round of each, not on every step of one.
 
     Every batch size is first run once unmeasured: the first steps after a model is built pay
     one-time costs (page faults in the pool, kernel set-up per shape) that made the first batch
-    measured look ~15% slower than it runs, and a fit to it overpredicted every small batch."""
+    measured look ~15% slower than it runs, and a fit to it overpredicted every small batch.
+    `warm_up=False` skips that, for a caller that measures more rounds later on an already warm model."""
     def probe(batch: int) -> Engine:
         return Engine(engine.config.with_(max_num_seqs=batch, max_num_batched_tokens=batch * context),
                       runner=engine.runner, clock=engine.clock)
 
-    for batch in batches:
+    for batch in batches if warm_up else ():
         decode_steps(probe(batch), batch, context, 2)
     samples = []
     for _ in range(rounds):

@@ -1,0 +1,42 @@
+"""The measured decode sweep: rounds interleave the batch sizes; the unmeasured warm-up can be skipped."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+from batchtop.core_engine.engine.snapshot import StepCost
+from batchtop.core_engine.measure import decode_sweep as sweep
+
+
+class Config:
+    def with_(self, **changes):
+        return changes
+
+
+def fake(monkeypatch) -> list:
+    calls = []
+
+    def decode_steps(engine, batch, context, steps):
+        calls.append((batch, steps))
+        return [SimpleNamespace(cost=StepCost(flops=batch, bytes=1.0), step_time_s=0.01 * batch)] * steps
+
+    monkeypatch.setattr(sweep, "decode_steps", decode_steps)
+    monkeypatch.setattr(sweep, "Engine", lambda config, **kwargs: config)
+    return calls
+
+
+ENGINE = SimpleNamespace(config=Config(), runner=None, clock=None)
+
+
+def test_every_batch_size_is_warmed_up_once_then_the_rounds_interleave(monkeypatch):
+    calls = fake(monkeypatch)
+    samples = sweep.decode_sweep(ENGINE, [1, 8], 128, 3, rounds=2)
+    assert calls == [(1, 2), (8, 2), (1, 3), (8, 3), (1, 3), (8, 3)]
+    assert [s.batch for s in samples] == [1] * 3 + [8] * 3 + [1] * 3 + [8] * 3
+    assert samples[3].seconds == 0.08 and samples[3].flops == 8
+
+
+def test_a_round_on_an_already_warm_model_can_skip_the_warm_up(monkeypatch):
+    calls = fake(monkeypatch)
+    sweep.decode_sweep(ENGINE, [1, 8], 128, 3, warm_up=False)
+    assert calls == [(1, 3), (8, 3)]
