@@ -23,6 +23,10 @@ import torch.nn.functional as F
 from torch import nn
 
 MKL_PACK_ROWS = 256  # MKL's packing hint, and the most rows the packed sgemm is used for
+# Fewer rows than this are padded with zero rows for the bf16 GEMM: oneDNN (3.12, AVX512_BF16 without
+# AMX) streams a step's weights in 16.8 ms at 1 row and 19.4 ms at 2, but 14.5 ms at 4
+# (bench/packed_linear.py --rows); the padding rows' outputs are dropped.
+ONEDNN_MIN_ROWS = 4
 
 
 @functools.cache
@@ -67,7 +71,11 @@ class PackedLinear(nn.Linear):
                             else torch.ops.mkl._mkl_reorder_linear_weight(w, MKL_PACK_ROWS))
             self._packed_key = key
         if kind == "onednn":
-            return torch.ops.mkldnn._linear_pointwise(x, self._packed, self.bias, "none", [], "")
+            rows = x.shape[0]
+            if rows < ONEDNN_MIN_ROWS:  # oneDNN's 1- and 2-row kernels stream the weights slower than its 4-row one
+                x = F.pad(x, (0, 0, 0, ONEDNN_MIN_ROWS - rows))
+            out = torch.ops.mkldnn._linear_pointwise(x, self._packed, self.bias, "none", [], "")
+            return out if out.shape[0] == rows else out[:rows]
         # the last argument must equal x's rows, or the op falls back to plain F.linear; a weight
         # packed for MKL_PACK_ROWS rows computes any row count correctly
         return torch.ops.mkl._mkl_linear(x, self._packed, weight, self.bias, x.shape[0])
