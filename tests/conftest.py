@@ -16,8 +16,10 @@ from batchtop.core_engine.engine.request import Request
 from batchtop.core_engine.engine.snapshot import StepSnapshot
 from tests.hf_checkpoints import hf_checkpoints  # noqa: F401  (a session fixture: tiny HF checkpoints)
 
-# Device peaks are measured once and cached: keep the tests' cache out of the user's home.
+# Device peaks are measured once and cached: keep the tests' cache out of the user's home. So is the
+# CPU kernels' build (torch's extensions directory): the suite builds its own copy, once per session.
 os.environ.setdefault("BATCHTOP_CACHE_DIR", tempfile.mkdtemp(prefix="batchtop-test-cache-"))
+os.environ.setdefault("TORCH_EXTENSIONS_DIR", tempfile.mkdtemp(prefix="batchtop-test-kernels-"))
 torch.set_num_threads(1)  # tiny tensors: threads only add overhead; keeps the suite steady on 2 cores
 
 
