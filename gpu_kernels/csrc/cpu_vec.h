@@ -1,10 +1,13 @@
-// Scalar and AVX-512 helpers shared by the CPU kernels: bf16 <-> fp32 as torch rounds it, and exp.
+// Helpers shared by the CPU kernels: bf16 <-> fp32 as torch rounds it (scalar and AVX-512), exp, and the
+// dispatch on a tensor's dtype.
 #pragma once
 
+#include <ATen/ATen.h>
 #include <c10/util/BFloat16.h>
 
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 
 #if defined(__AVX512F__)
 #include <immintrin.h>
@@ -22,6 +25,21 @@ inline float to_float(c10::BFloat16 x) {
 inline void store(float* dst, float x) { *dst = x; }
 inline void store(c10::BFloat16* dst, float x) { *dst = c10::BFloat16(x); }  // round to nearest even
 
+template <typename T>
+inline float round_to(float x) {  // what storing x as a T and reading it back gives
+  T t;
+  store(&t, x);
+  return to_float(t);
+}
+
+// f(T{}) with T the tensor's element type, float or c10::BFloat16; any other dtype fails with `refusal`.
+template <typename F>
+void by_dtype(const at::Tensor& t, const char* refusal, F&& f) {
+  if (t.scalar_type() == at::kFloat) return f(float{});
+  TORCH_CHECK(t.scalar_type() == at::kBFloat16, refusal);
+  f(c10::BFloat16{});
+}
+
 #if defined(__AVX512F__)
 inline __m512 load16(const float* p) { return _mm512_loadu_ps(p); }
 inline __m512 load16(const c10::BFloat16* p) {
@@ -34,6 +52,17 @@ inline void store16(c10::BFloat16* p, __m512 x) {  // round to nearest even, as 
   __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(bits, 16), _mm512_set1_epi32(1));
   bits = _mm512_add_epi32(bits, _mm512_add_epi32(lsb, _mm512_set1_epi32(0x7fff)));
   _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), _mm512_cvtepi32_epi16(_mm512_srli_epi32(bits, 16)));
+}
+
+template <typename T>
+inline __m512 round16(__m512 x) {  // round_to for 16 lanes
+  if constexpr (std::is_same_v<T, float>) {
+    return x;
+  } else {
+    alignas(64) T tmp[16];
+    store16(tmp, x);
+    return load16(tmp);
+  }
 }
 
 // exp(x): 2^(x log2 e), split into 2^n 2^f with a degree-6 polynomial on f in [-0.5, 0.5]; relative

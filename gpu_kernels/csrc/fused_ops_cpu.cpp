@@ -20,13 +20,6 @@ namespace {
 
 using namespace batchtop_cpu;
 
-template <typename T>
-inline float round_to(float x) {  // what storing x as a T and reading it back gives
-  T t;
-  store(&t, x);
-  return to_float(t);
-}
-
 constexpr int64_t GRAIN = 1 << 14;  // elements per parallel task: small tensors stay on one thread
 
 template <typename T>
@@ -47,12 +40,7 @@ void rms_norm_row(T* out, const T* x, const T* w, int64_t n, float eps) {
 #if defined(__AVX512F__)
   const __m512 vinv = _mm512_set1_ps(inv);
   for (; i + 16 <= n; i += 16) {
-    __m512 normed = _mm512_mul_ps(load16(x + i), vinv);
-    if constexpr (!std::is_same_v<T, float>) {  // round to the dtype before the scale, as HF does
-      alignas(64) T tmp[16];
-      store16(tmp, normed);
-      normed = load16(tmp);
-    }
+    const __m512 normed = round16<T>(_mm512_mul_ps(load16(x + i), vinv));  // rounded before the scale, as HF
     store16(out + i, _mm512_mul_ps(load16(w + i), normed));
   }
 #endif
@@ -60,16 +48,16 @@ void rms_norm_row(T* out, const T* x, const T* w, int64_t n, float eps) {
 }
 
 template <typename T>
-void rms_norm_impl(at::Tensor& out, at::Tensor& x, const at::Tensor& w, double eps, bool add, const at::Tensor* residual_in) {
+void rms_norm_impl(at::Tensor& out, at::Tensor& x, const at::Tensor& w, double eps, const at::Tensor* added) {
   const int64_t n = x.size(-1), rows = x.numel() / n;
   T* op = out.data_ptr<T>();
   T* xp = x.data_ptr<T>();
   const T* wp = w.data_ptr<T>();
-  const T* rp = residual_in ? residual_in->data_ptr<T>() : nullptr;
+  const T* rp = added ? added->data_ptr<T>() : nullptr;  // added into x first, when given
   at::parallel_for(0, rows, std::max<int64_t>(1, GRAIN / n), [&](int64_t begin, int64_t end) {
     for (int64_t r = begin; r < end; ++r) {
       T* row = xp + r * n;
-      if (add) {
+      if (rp) {
         const T* other = rp + r * n;
         int64_t i = 0;
 #if defined(__AVX512F__)
@@ -92,9 +80,8 @@ void rms_norm(at::Tensor out, at::Tensor x, const at::Tensor& weight, double eps
   check_rows(x, x, "rms_norm x");
   TORCH_CHECK(weight.is_contiguous() && weight.numel() == x.size(-1) && weight.scalar_type() == x.scalar_type(),
               "rms_norm: weight must be (hidden,) in the input's dtype");
-  if (x.scalar_type() == at::kFloat) return rms_norm_impl<float>(out, x, weight, eps, false, nullptr);
-  TORCH_CHECK(x.scalar_type() == at::kBFloat16, "rms_norm: float32 or bfloat16 only");
-  rms_norm_impl<c10::BFloat16>(out, x, weight, eps, false, nullptr);
+  by_dtype(x, "rms_norm: float32 or bfloat16 only",
+           [&](auto t) { rms_norm_impl<decltype(t)>(out, x, weight, eps, nullptr); });
 }
 
 // residual += x (rounded), then out = rms_norm(residual)
@@ -104,9 +91,8 @@ void add_rms_norm(at::Tensor residual, const at::Tensor& x, at::Tensor out, cons
   check_rows(x, x, "add_rms_norm x");
   TORCH_CHECK(weight.is_contiguous() && weight.numel() == x.size(-1) && weight.scalar_type() == x.scalar_type(),
               "add_rms_norm: weight must be (hidden,) in the input's dtype");
-  if (x.scalar_type() == at::kFloat) return rms_norm_impl<float>(out, residual, weight, eps, true, &x);
-  TORCH_CHECK(x.scalar_type() == at::kBFloat16, "add_rms_norm: float32 or bfloat16 only");
-  rms_norm_impl<c10::BFloat16>(out, residual, weight, eps, true, &x);
+  by_dtype(x, "add_rms_norm: float32 or bfloat16 only",
+           [&](auto t) { rms_norm_impl<decltype(t)>(out, residual, weight, eps, &x); });
 }
 
 template <typename T>
@@ -124,12 +110,8 @@ void silu_and_mul_impl(at::Tensor& out, const at::Tensor& gate_up) {
       const __m512 one = _mm512_set1_ps(1.f);
       for (; i + 16 <= n; i += 16) {
         const __m512 x = load16(g + i);
-        __m512 act = _mm512_div_ps(x, _mm512_add_ps(one, exp16(_mm512_sub_ps(_mm512_setzero_ps(), x))));
-        if constexpr (!std::is_same_v<T, float>) {
-          alignas(64) T tmp[16];
-          store16(tmp, act);
-          act = load16(tmp);
-        }
+        const __m512 act =
+            round16<T>(_mm512_div_ps(x, _mm512_add_ps(one, exp16(_mm512_sub_ps(_mm512_setzero_ps(), x)))));
         store16(o + i, _mm512_mul_ps(act, load16(u + i)));
       }
 #endif
@@ -145,9 +127,8 @@ void silu_and_mul(at::Tensor out, const at::Tensor& gate_up) {
   TORCH_CHECK(gate_up.device().is_cpu() && gate_up.is_contiguous() && out.is_contiguous() &&
               gate_up.scalar_type() == out.scalar_type() && gate_up.size(-1) == 2 * out.size(-1) &&
               gate_up.numel() == 2 * out.numel(), "silu_and_mul: out (rows, n), gate_up (rows, 2n), contiguous");
-  if (out.scalar_type() == at::kFloat) return silu_and_mul_impl<float>(out, gate_up);
-  TORCH_CHECK(out.scalar_type() == at::kBFloat16, "silu_and_mul: float32 or bfloat16 only");
-  silu_and_mul_impl<c10::BFloat16>(out, gate_up);
+  by_dtype(out, "silu_and_mul: float32 or bfloat16 only",
+           [&](auto t) { silu_and_mul_impl<decltype(t)>(out, gate_up); });
 }
 
 template <typename T>
@@ -181,9 +162,7 @@ void rope(at::Tensor x, const at::Tensor& cos, const at::Tensor& signed_sin) {
   TORCH_CHECK(cos.is_contiguous() && signed_sin.is_contiguous() && cos.numel() == x.size(0) * x.size(2) &&
               signed_sin.numel() == cos.numel() && cos.scalar_type() == x.scalar_type() &&
               signed_sin.scalar_type() == x.scalar_type(), "rope: cos/sin tables (rows, head_dim) in x's dtype");
-  if (x.scalar_type() == at::kFloat) return rope_impl<float>(x, cos, signed_sin);
-  TORCH_CHECK(x.scalar_type() == at::kBFloat16, "rope: float32 or bfloat16 only");
-  rope_impl<c10::BFloat16>(x, cos, signed_sin);
+  by_dtype(x, "rope: float32 or bfloat16 only", [&](auto t) { rope_impl<decltype(t)>(x, cos, signed_sin); });
 }
 
 }  // namespace

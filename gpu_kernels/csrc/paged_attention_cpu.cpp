@@ -250,10 +250,10 @@ void paged_attention(at::Tensor out, const at::Tensor& q, const at::Tensor& k_ca
   TORCH_CHECK(row_tables || block_tables.size(0) >= q.size(0), "paged_attention: a table per row");
   TORCH_CHECK(context_lens.scalar_type() == at::kLong && context_lens.is_contiguous() &&
               context_lens.size(0) == q.size(0), "paged_attention: context_lens");
-  if (q.scalar_type() == at::kFloat)
-    return run_all<float>(out, q, k_cache, v_cache, block_tables, row_tables, context_lens, scale);
-  TORCH_CHECK(q.scalar_type() == at::kBFloat16, "paged_attention: float32 or bfloat16 only");
-  run_all<c10::BFloat16>(out, q, k_cache, v_cache, block_tables, row_tables, context_lens, scale);
+  by_dtype(q, "paged_attention: float32 or bfloat16 only",
+           [&](auto t) {
+             run_all<decltype(t)>(out, q, k_cache, v_cache, block_tables, row_tables, context_lens, scale);
+           });
 }
 
 }  // namespace

@@ -152,10 +152,8 @@ void sample(at::Tensor tokens, const at::Tensor& logits, const at::Tensor& tempe
   for (const at::Tensor* t : {&seed_lo, &seed_hi, &counter})
     TORCH_CHECK(t->scalar_type() == at::kLong && t->is_contiguous() && t->numel() == rows,
                 "sample: seed_lo, seed_hi and counter are int64 (rows,)");
-  if (logits.scalar_type() == at::kFloat)
-    return sample_impl<float>(tokens, logits, temperature, top_p, seed_lo, seed_hi, counter);
-  TORCH_CHECK(logits.scalar_type() == at::kBFloat16, "sample: float32 or bfloat16 logits only");
-  sample_impl<c10::BFloat16>(tokens, logits, temperature, top_p, seed_lo, seed_hi, counter);
+  by_dtype(logits, "sample: float32 or bfloat16 logits only",
+           [&](auto t) { sample_impl<decltype(t)>(tokens, logits, temperature, top_p, seed_lo, seed_hi, counter); });
 }
 
 template <typename T>
@@ -173,9 +171,8 @@ void argmax(at::Tensor tokens, const at::Tensor& logits) {  // the first maximum
               "argmax: logits (rows, vocab) on the CPU with contiguous rows");
   TORCH_CHECK(tokens.scalar_type() == at::kLong && tokens.is_contiguous() && tokens.numel() == logits.size(0),
               "argmax: tokens");
-  if (logits.scalar_type() == at::kFloat) return argmax_impl<float>(tokens, logits);
-  TORCH_CHECK(logits.scalar_type() == at::kBFloat16, "argmax: float32 or bfloat16 logits only");
-  argmax_impl<c10::BFloat16>(tokens, logits);
+  by_dtype(logits, "argmax: float32 or bfloat16 logits only",
+           [&](auto t) { argmax_impl<decltype(t)>(tokens, logits); });
 }
 
 }  // namespace
