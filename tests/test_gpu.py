@@ -14,15 +14,21 @@ from tests.test_paged_attention import HD, NH, scattered_pool
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 
 
-def test_paged_decode_on_cuda_matches_the_cpu_reference():
-    gen = torch.Generator().manual_seed(0)
-    k_cache, v_cache, table, _, _ = scattered_pool(40, 16, gen)
-    tables = table[None, :].repeat(3, 1)
-    lengths = torch.tensor([40, 17, 1])
-    q = torch.randn(3, NH, HD, generator=gen)
+def decode_on_cuda_matches_the_cpu_reference(kernel, lengths: list[int], seed: int) -> None:
+    """One row per context length over one scattered pool of the longest: `kernel` on CUDA against
+    the torch reference on the CPU."""
+    gen = torch.Generator().manual_seed(seed)
+    k_cache, v_cache, table, _, _ = scattered_pool(max(lengths), 16, gen)
+    tables = table[None, :].repeat(len(lengths), 1)
+    lengths = torch.tensor(lengths)
+    q = torch.randn(len(lengths), NH, HD, generator=gen)
     want = paged_decode_attention(q, k_cache, v_cache, tables, lengths, HD ** -0.5)
-    got = paged_decode_attention(*(t.cuda() for t in (q, k_cache, v_cache, tables, lengths)), HD ** -0.5)
+    got = kernel(*(t.cuda() for t in (q, k_cache, v_cache, tables, lengths)), HD ** -0.5)
     torch.testing.assert_close(got.cpu(), want, rtol=1e-4, atol=1e-4)
+
+
+def test_paged_decode_on_cuda_matches_the_cpu_reference():
+    decode_on_cuda_matches_the_cpu_reference(paged_decode_attention, [40, 17, 1], seed=0)
 
 
 @pytest.mark.parametrize("mode", ["continuous", "static"])
@@ -57,15 +63,7 @@ def test_the_triton_decode_kernel_on_cuda_matches_the_reference():
     from batchtop.gpu_kernels import triton_decode
     if not triton_decode.available():
         pytest.skip("triton is not installed")
-    gen = torch.Generator().manual_seed(2)
-    k_cache, v_cache, table, _, _ = scattered_pool(70, 16, gen)
-    tables = table[None, :].repeat(3, 1)
-    lengths = torch.tensor([70, 33, 1])
-    q = torch.randn(3, NH, HD, generator=gen)
-    want = paged_decode_attention(q, k_cache, v_cache, tables, lengths, HD ** -0.5)
-    got = triton_decode.paged_decode_attention_triton(*(t.cuda() for t in (q, k_cache, v_cache, tables, lengths)),
-                                                      HD ** -0.5)
-    torch.testing.assert_close(got.cpu(), want, rtol=1e-4, atol=1e-4)
+    decode_on_cuda_matches_the_cpu_reference(triton_decode.paged_decode_attention_triton, [70, 33, 1], seed=2)
 
 
 @pytest.mark.parametrize("mode", ["continuous", "static"])
