@@ -87,7 +87,7 @@ def flag(e: float) -> str:
 
 
 def modelled(cal, snap, peaks) -> float:
-    return predict(cal, StepSample(snap.num_seqs, snap.cost.flops, snap.cost.bytes, 0.0), peaks)
+    return predict(cal, StepSample(snap.num_seqs, snap.cost, 0.0), peaks)
 
 
 def stalls(snaps, cal, peaks) -> tuple[int, float]:

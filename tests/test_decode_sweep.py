@@ -33,7 +33,7 @@ def test_every_batch_size_is_warmed_up_once_then_the_rounds_interleave(monkeypat
     samples = sweep.decode_sweep(ENGINE, [1, 8], 128, 3, rounds=2)
     assert calls == [(1, 2), (8, 2), (1, 3), (8, 3), (1, 3), (8, 3)]
     assert [s.batch for s in samples] == [1] * 3 + [8] * 3 + [1] * 3 + [8] * 3
-    assert samples[3].seconds == 0.08 and samples[3].flops == 8
+    assert samples[3].seconds == 0.08 and samples[3].cost == StepCost(flops=8, bytes=1.0)
 
 
 def test_a_round_on_an_already_warm_model_can_skip_the_warm_up(monkeypatch):

@@ -8,6 +8,7 @@ from batchtop.core_engine.measure import device_peaks as dp
 from batchtop.core_engine.config import ModelConfig, preset
 from batchtop.core_engine.measure.device_peaks import DevicePeaks, datasheet_peaks
 from batchtop.core_engine.measure.roofline import Chunk, marginal_sequence_cost, step_cost
+from batchtop.core_engine.simulate.calibration import Calibration
 
 HAND = ModelConfig("hand", vocab_size=10, hidden_size=4, intermediate_size=8, num_hidden_layers=1,
                    num_attention_heads=2, num_key_value_heads=1)
@@ -67,6 +68,18 @@ def test_one_more_sequence_is_nearly_free_below_the_ridge_and_proportional_above
     compute_starved = DevicePeaks("slow-alu", peak_flops=1e9, peak_bytes_per_s=1e15, source="test")
     cost = marginal_sequence_cost(decode_step(64), 64, compute_starved.peak_flops, compute_starved.peak_bytes_per_s)
     assert cost == pytest.approx(1 / 64, rel=0.01)
+
+
+@pytest.mark.parametrize("batch,context,peaks", [
+    (1, 512, DevicePeaks("cpu", 170e9, 22e9, "test")),  # GEMMs and attention memory-bound
+    (32, 1024, DevicePeaks("cpu", 170e9, 22e9, "test")),  # GEMMs compute-bound, attention memory-bound
+    (512, 1100, DevicePeaks("h200", 989e12, 4.8e12, "test")),
+])
+def test_the_one_more_sequence_verdict_is_the_what_if_time_of_one_more_row(batch, context, peaks):
+    at_peaks = Calibration(compute_efficiency=1.0, memory_efficiency=1.0, step_overhead_s=1e-6)
+    now, more = (at_peaks.device_time(decode_step(b, context), peaks) for b in (batch, batch + 1))
+    verdict = marginal_sequence_cost(decode_step(batch, context), batch, peaks.peak_flops, peaks.peak_bytes_per_s)
+    assert verdict == pytest.approx(more / now - 1, rel=1e-9)
 
 
 @pytest.mark.parametrize("name,entry", [("NVIDIA H200", "H200"), ("NVIDIA H100 PCIe", "H100 PCIe"),

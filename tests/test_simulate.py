@@ -6,6 +6,7 @@ import time
 
 import pytest
 
+from batchtop.core_engine.config import preset
 from batchtop.core_engine.engine.engine import Engine
 from batchtop.core_engine.engine.request import Request
 from batchtop.core_engine.measure.device_peaks import DevicePeaks
@@ -79,11 +80,34 @@ def test_each_step_takes_the_calibrated_roofline_time_of_the_cost_the_roofline_p
     run_workload(engine, make_requests(8, seed=1), on_step=snaps.append)
     steps = [s for s in snaps if s.is_step]
     assert steps and engine.counters.completed == 8
+    flop_rate, bandwidth = 0.5 * PEAKS.peak_flops, 0.25 * PEAKS.peak_bytes_per_s
     for s in steps:
-        device = max(s.cost.flops / (0.5 * PEAKS.peak_flops), s.cost.bytes / (0.25 * PEAKS.peak_bytes_per_s))
+        c = s.cost
+        device = (max(c.weight_flops / flop_rate, (c.bytes - c.kv_bytes) / bandwidth)  # the GEMMs, then
+                  + max(c.attn_flops / flop_rate, c.kv_bytes / bandwidth))  # attention, each at its own roof
         assert s.forward_s == pytest.approx(device) and s.prepare_s == pytest.approx(0.003)
         assert s.step_time_s == pytest.approx(0.003 + device)
     assert snaps[-1].t == pytest.approx(sum(s.step_time_s for s in steps))
+
+
+def first_full_decode(engine: Engine, batch: int, prompt: int):
+    requests = [Request(f"r{i}", tuple(range(1, prompt + 1)), 4) for i in range(batch)]
+    snaps = []
+    assert run_workload(engine, requests, on_step=snaps.append).complete
+    return next(s for s in snaps if s.is_step and s.num_prefill_tokens == 0 and s.num_seqs == batch)
+
+
+def test_a_longer_context_makes_a_decode_step_slower_by_its_kv_read_even_when_compute_bound():
+    peaks = DevicePeaks("cpu-like", 170e9, 22e9, "measured:test")  # ridge 7.7 FLOP/byte
+    cal = Calibration(compute_efficiency=1.0, memory_efficiency=0.6, step_overhead_s=0.001)
+    config = tiny_config(model=preset("cpu-demo"), dtype="bfloat16", max_num_seqs=32, max_num_batched_tokens=32 * 1024,
+                         block_size=16, num_kv_blocks=4096)
+    short, long = (first_full_decode(Simulation(simulated_device("cpu"), peaks, cal).engine(config), 32, prompt)
+                   for prompt in (128, 1024))
+    assert short.cost.intensity > peaks.ridge_flop_per_byte and long.cost.intensity > peaks.ridge_flop_per_byte
+    kv_read = (long.cost.kv_bytes - short.cost.kv_bytes) / (0.6 * peaks.peak_bytes_per_s)
+    assert long.forward_s - short.forward_s == pytest.approx(kv_read)  # 32 rows x 896 tokens more: ~18 ms
+    assert long.forward_s > 1.3 * short.forward_s
 
 
 def test_idle_time_is_jumped_not_slept_and_latencies_are_simulated_seconds():

@@ -138,8 +138,9 @@ def calibrate(output: str, **opts) -> None:
     """Fit the what-if model (compute efficiency, memory efficiency, per-step overhead) to measured steps.
 
     Runs a short decode sweep on this device and least-squares fits each step's measured time to
-    max(FLOPs / (peak x compute eff), bytes / (peak B/s x memory eff)) + overhead. Run it on a quiet
-    machine: a busy neighbour slows every step it measures.
+    its GEMMs' time plus its attention's, each max(FLOPs / (peak x compute eff), bytes / (peak B/s x
+    memory eff)) of its own work, + overhead. Run it on a quiet machine: a busy neighbour slows every
+    step it measures.
     """
     from batchtop.tui.commands.calibrate import run_calibrate
     run_calibrate(opts, output)

@@ -10,20 +10,23 @@ from dataclasses import dataclass
 
 from batchtop.core_engine.engine.engine import Engine
 from batchtop.core_engine.engine.request import Request
-from batchtop.core_engine.engine.snapshot import StepSnapshot
+from batchtop.core_engine.engine.snapshot import StepCost, StepSnapshot
+
+COST_FIELDS = StepCost.__slots__
 
 
 @dataclass(frozen=True, slots=True)
 class StepSample:
-    """One measured step: its work (the roofline's FLOPs and bytes) and how long it took."""
+    """One measured step: its work (the roofline's FLOPs and bytes, GEMMs and attention apart) and how
+    long it took."""
 
     batch: int
-    flops: float
-    bytes: float
+    cost: StepCost
     seconds: float
 
     def as_dict(self) -> dict:
-        return {"batch": self.batch, "flops": self.flops, "bytes": self.bytes, "seconds": self.seconds}
+        return {"batch": self.batch, **{name: getattr(self.cost, name) for name in COST_FIELDS},
+                "seconds": self.seconds}
 
 
 def decode_steps(engine: Engine, batch: int, context: int, steps: int) -> list[StepSnapshot]:
@@ -57,7 +60,7 @@ def decode_sweep(engine: Engine, batches: list[int], context: int, steps: int, r
     samples = []
     for _ in range(rounds):
         for batch in batches:
-            samples += [StepSample(batch, s.cost.flops, s.cost.bytes, s.step_time_s)
+            samples += [StepSample(batch, s.cost, s.step_time_s)
                         for s in decode_steps(probe(batch), batch, context, steps)]
     return samples
 
@@ -68,6 +71,11 @@ def batch_medians(samples: list[StepSample]) -> list[StepSample]:
     out = []
     for batch in sorted({s.batch for s in samples}):
         mine = [s for s in samples if s.batch == batch]
-        out.append(StepSample(batch, statistics.median(s.flops for s in mine), statistics.median(s.bytes for s in mine),
-                              statistics.median(s.seconds for s in mine)))
+        out.append(StepSample(batch, median_cost([s.cost for s in mine]), statistics.median(s.seconds for s in mine)))
     return out
+
+
+def median_cost(costs: list[StepCost]) -> StepCost:
+    """Each field's median: a decode sweep's steps differ only by their context, which every field grows
+    with, so together these are the middle step's figures."""
+    return StepCost(*(statistics.median(getattr(c, name) for c in costs) for name in COST_FIELDS))

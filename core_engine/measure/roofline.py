@@ -17,6 +17,17 @@ nanoGPT's estimate_mfu):
 
 A row that continues a prompt from position s with n tokens sees s+1 .. s+n keys (causal), so its
 keys total n*s + n(n+1)/2; a decode row at position p sees p+1.
+
+Time of a step's device work, at roofs of F FLOP/s and B bytes/s: the GEMMs and attention are separate
+kernels that run one after the other (paged/flash attention sits between the projections, on a CPU
+as on a GPU), so each is bound by its own roof and their times add:
+
+  matmul time    = max(weight FLOPs / F, (bytes - KV bytes) / B)      weights and activations
+  attention time = max(attention FLOPs / F, KV bytes / B)
+  device time    = matmul time + attention time
+
+One max() over the step's totals would hide the KV read under the GEMMs' compute roof once a batch
+is compute-bound, and charge nothing for a longer context.
 """
 
 from __future__ import annotations
@@ -63,21 +74,39 @@ def step_cost(model: ModelConfig, dtype: str, chunks: list[Chunk], num_logit_row
                     weight_bytes=float(weight_bytes), kv_bytes=float(kv_bytes))
 
 
-def roofline_time(flops: float, nbytes: float, peak_flops: float, peak_bytes_per_s: float) -> float:
-    """The roofline model's time for a step: bound by whichever roof it hits."""
-    return max(flops / peak_flops, nbytes / peak_bytes_per_s)
+def matmul_time(cost: StepCost, peak_flops: float, peak_bytes_per_s: float) -> float:
+    """The GEMMs: every weight and activation byte, against the weight FLOPs."""
+    return max(cost.weight_flops / peak_flops, (cost.bytes - cost.kv_bytes) / peak_bytes_per_s)
+
+
+def attention_time(cost: StepCost, peak_flops: float, peak_bytes_per_s: float) -> float:
+    """Attention: the KV cache read and written, against QK^T and PV."""
+    return max(cost.attn_flops / peak_flops, cost.kv_bytes / peak_bytes_per_s)
+
+
+def device_time(cost: StepCost, peak_flops: float, peak_bytes_per_s: float) -> float:
+    """The roofline model's time for a step: its GEMMs, then its attention, each at its own roof."""
+    return matmul_time(cost, peak_flops, peak_bytes_per_s) + attention_time(cost, peak_flops, peak_bytes_per_s)
+
+
+def one_more_row(cost: StepCost, batch: int) -> StepCost:
+    """The step with one more row like the average of its `batch`: everything grows by 1/batch but
+    the weights, which are read once whatever the batch."""
+    grow = 1.0 + 1.0 / batch
+    return StepCost(flops=cost.flops * grow, bytes=cost.weight_bytes + (cost.bytes - cost.weight_bytes) * grow,
+                    weight_flops=cost.weight_flops * grow, attn_flops=cost.attn_flops * grow,
+                    weight_bytes=cost.weight_bytes, kv_bytes=cost.kv_bytes * grow)
 
 
 def marginal_sequence_cost(cost: StepCost, batch: int, peak_flops: float, peak_bytes_per_s: float) -> float:
-    """Predicted relative step-time increase from one more sequence like the average one in this batch.
+    """Predicted relative step-time increase from one more sequence like the average one in this batch,
+    by the same model the what-if mode times steps with (device work only).
 
-    Weight bytes are read once per step whatever the batch, so below the ridge the increase is small;
-    past it, every extra row adds its FLOPs to a compute-bound step.
+    Weight bytes are read once per step whatever the batch, so while the GEMMs are memory-bound the
+    increase is the extra row's activations and KV read; once they are compute-bound, every extra row
+    adds its FLOPs to them, and its KV read to attention.
     """
     if batch < 1 or cost.bytes <= 0:
         return 0.0
-    per_row_flops = cost.flops / batch
-    per_row_bytes = (cost.bytes - cost.weight_bytes) / batch
-    now = roofline_time(cost.flops, cost.bytes, peak_flops, peak_bytes_per_s)
-    more = roofline_time(cost.flops + per_row_flops, cost.bytes + per_row_bytes, peak_flops, peak_bytes_per_s)
-    return more / now - 1.0
+    now = device_time(cost, peak_flops, peak_bytes_per_s)
+    return device_time(one_more_row(cost, batch), peak_flops, peak_bytes_per_s) / now - 1.0

@@ -1,7 +1,12 @@
 """The three constants that turn a step's FLOPs and bytes into seconds, and the file that holds them.
 
-    step time = max(FLOPs / (peak FLOP/s x compute_efficiency), bytes / (peak B/s x memory_efficiency))
-                + step_overhead_s
+    matmul time    = max(weight FLOPs / (peak FLOP/s x compute_efficiency),
+                         (bytes - KV bytes) / (peak B/s x memory_efficiency))
+    attention time = max(attention FLOPs / (peak FLOP/s x compute_efficiency),
+                         KV bytes / (peak B/s x memory_efficiency))
+    step time      = matmul time + attention time + step_overhead_s
+
+(the GEMMs and attention are separate kernels, one after the other: core_engine.measure.roofline).
 
 The defaults describe a GPU serving stack: decode kernels stream weights and KV at ~80% of HBM
 bandwidth, large bf16 GEMMs reach ~60% of the dense tensor-core peak, and a Python engine loop
@@ -17,8 +22,8 @@ from pathlib import Path
 
 from batchtop.core_engine.engine.snapshot import StepCost
 from batchtop.core_engine.errors import ConfigError
+from batchtop.core_engine.measure import roofline
 from batchtop.core_engine.measure.device_peaks import DevicePeaks
-from batchtop.core_engine.measure.roofline import roofline_time
 from batchtop.core_engine.session.text_files import NotText, parse_json, read_text_file
 
 CALIBRATION_SCHEMA = "batchtop.calibration/1"
@@ -27,16 +32,17 @@ CONSTANTS = ("compute_efficiency", "memory_efficiency", "step_overhead_s")
 
 @dataclass(frozen=True, slots=True)
 class Calibration:
-    compute_efficiency: float  # share of the peak FLOP/s a step's GEMMs reach
+    compute_efficiency: float  # share of the peak FLOP/s its GEMMs and attention reach
     memory_efficiency: float  # share of the peak bandwidth its weight and KV reads reach
     step_overhead_s: float  # host time per step outside the device work
     source: str = "defaults"  # "defaults" or the file it was read from
     fitted_on: dict = field(default_factory=dict, compare=False)  # device, model, dtype of the fit
 
     def device_time(self, cost: StepCost, peaks: DevicePeaks) -> float:
-        """The roofline time of a step's device work, at the reachable (not the peak) roofs."""
-        return roofline_time(cost.flops, cost.bytes, peaks.peak_flops * self.compute_efficiency,
-                             peaks.peak_bytes_per_s * self.memory_efficiency)
+        """The roofline time of a step's device work (its GEMMs, then its attention), at the reachable
+        (not the peak) roofs."""
+        return roofline.device_time(cost, peaks.peak_flops * self.compute_efficiency,
+                                    peaks.peak_bytes_per_s * self.memory_efficiency)
 
     def constants(self) -> dict:
         return {name: getattr(self, name) for name in CONSTANTS}

@@ -62,9 +62,9 @@ def recorded_steps(path: str) -> tuple[list[StepSample], DevicePeaks, dict]:
         raise ConfigError("--from-trace", f"{path}:1: {exc}") from None
     if peaks is None:
         raise ConfigError("--from-trace", f"{path}: the trace records no device peaks")
-    samples = [StepSample(snap.num_seqs, snap.cost.flops, snap.cost.bytes, snap.step_time_s)
+    samples = [StepSample(snap.num_seqs, snap.cost, snap.step_time_s)
                for _, snap in trace.snapshots() if snap is not None and snap.is_step and snap.step_time_s > 0]
-    if len({(s.flops, s.bytes) for s in samples}) < 2:
+    if len({s.cost for s in samples}) < 2:
         raise ConfigError("--from-trace", f"{path}: needs two or more different steps to fit, has {len(samples)}")
     return samples, peaks, {"device": peaks.device_name, "model": config.model.name,
                             "dtype": config.dtype, "trace": path, "steps": len(samples)}
