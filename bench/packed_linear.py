@@ -1,13 +1,16 @@
-"""Decode step time with the model's linears pre-packed (oneDNN for bf16, MKL for fp32) vs plain
-F.linear, side by side.
+"""Decode step time for each way the model's linears can run on this CPU, side by side.
 
     python bench/packed_linear.py [--model cpu-demo] [--dtype auto] [--batches 1,4,16,64] [--rounds 3]
 
 On the CPU, F.linear in bf16 reorders each weight into oneDNN's blocked layout on every call, and in
 fp32 runs MKL's general sgemm, slow at a few rows; the engine packs every weight once instead
-(core_engine/model/packed_linear.py). Both variants run the same engine and weights, alternating per
-round, and the median decode step time of each is printed. A third variant packs but leaves 1-3 row
-GEMMs unpadded (packed_linear.ONEDNN_MIN_ROWS = 1), to show what the padding to 4 rows buys.
+(core_engine/model/packed_linear.py). The variants run the same engine and weights, alternating per
+round, and the median decode step time of each is printed:
+- plain: F.linear;
+- onednn-unpadded / onednn (bf16): oneDNN's packed weight, 1-3-row GEMMs as they are, or padded to
+  4 rows (packed_linear.ONEDNN_MIN_ROWS), the path where batchtop's kernels are not built;
+- batchtop (bf16 on AVX512_BF16): gpu_kernels' linear_bf16, the engine's default there;
+- mkl (fp32): MKL's packed sgemm.
 """
 
 from __future__ import annotations
@@ -23,6 +26,16 @@ from batchtop.core_engine.resolve import resolve_config
 STEPS = 10
 
 
+def variants(default: str | None) -> dict[str, tuple[str | None, int]]:
+    """name -> (packing kind, ONEDNN_MIN_ROWS) for the kinds this CPU has."""
+    out = {"plain": (None, packed_linear.ONEDNN_MIN_ROWS)}
+    if default in ("batchtop", "onednn"):
+        out.update({"onednn-unpadded": ("onednn", 1), "onednn": ("onednn", packed_linear.ONEDNN_MIN_ROWS)})
+    if default not in (None, "onednn"):
+        out[default] = (default, packed_linear.ONEDNN_MIN_ROWS)
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", default="auto")
@@ -33,22 +46,22 @@ def main() -> None:
     args = ap.parse_args()
     config = resolve_config(model=args.model, dtype=args.dtype, max_num_seqs=64, max_num_batched_tokens=8192, num_kv_blocks=1024)
     runner = Engine(config).runner
-    packed = packed_linear.packing
-    min_rows = packed_linear.ONEDNN_MIN_ROWS
-    variants = {"plain": (lambda *_: None, min_rows), "unpadded": (packed, 1), "packed": (packed, min_rows)}
-    print(f"model {config.model.name} ({config.dtype}, {config.device}); packing: "
-          f"{packed(next(runner.model.parameters()).device, next(runner.model.parameters()).dtype)}")
-    print("batch  plain ms  packed, unpadded ms  packed ms  speed-up vs plain")
+    param = next(runner.model.parameters())
+    packing, min_rows = packed_linear.packing, packed_linear.ONEDNN_MIN_ROWS
+    default = packing(param.device, param.dtype)
+    kinds = variants(default)
+    print(f"model {config.model.name} ({config.dtype}, {config.device}); engine's packing: {default}")
+    print("batch  " + "  ".join(f"{name:>15}" for name in kinds) + "   (ms per decode step; speed-up vs plain)")
     for batch in [int(b) for b in args.batches.split(",")]:
-        times: dict[str, list[float]] = {name: [] for name in variants}
+        times: dict[str, list[float]] = {name: [] for name in kinds}
         for _ in range(args.rounds):
-            for name, (check, rows) in variants.items():
-                packed_linear.packing, packed_linear.ONEDNN_MIN_ROWS = check, rows
+            for name, (kind, rows) in kinds.items():
+                packed_linear.packing, packed_linear.ONEDNN_MIN_ROWS = (lambda *_, k=kind: k), rows
                 snaps = decode_steps(Engine(config, runner=runner), batch, args.context, STEPS)
                 times[name] += [s.step_time_s for s in snaps]
-        packed_linear.packing, packed_linear.ONEDNN_MIN_ROWS = packed, min_rows
-        plain, unpadded, fast = (1e3 * statistics.median(times[n]) for n in ("plain", "unpadded", "packed"))
-        print(f"{batch:5d}  {plain:8.1f}  {unpadded:19.1f}  {fast:9.1f}  {plain / fast:7.2f}x", flush=True)
+        packed_linear.packing, packed_linear.ONEDNN_MIN_ROWS = packing, min_rows
+        ms = {name: 1e3 * statistics.median(t) for name, t in times.items()}
+        print(f"{batch:5d}  " + "  ".join(f"{v:7.1f} ({ms['plain'] / v:4.2f}x)" for v in ms.values()), flush=True)
 
 
 if __name__ == "__main__":

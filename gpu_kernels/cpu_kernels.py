@@ -7,6 +7,8 @@
   elementwise steps in one pass, rounded as Hugging Face's separate torch ops round.
 - sample and argmax (sampling_cpu.cpp): the sampler's greedy / temperature / top-p draw, a few passes
   over each row where the torch version makes a dozen full-batch ops.
+- pack_linear_bf16 and linear_bf16 (linear_bf16_cpu.cpp): bf16 linear layers on AVX512_BF16 from a
+  weight packed once, streamed front to back; decode GEMMs at up to 1.4x oneDNN's speed.
 bench/cpu_kernels.py measures each against the torch ops it replaces. The build uses torch's
 cpp_extension (a C++ compiler and ninja) and is cached under torch's extensions directory; where it
 cannot be built, or with BATCHTOP_CPU_KERNEL=0, the torch code runs and `why_unavailable()` says why.
@@ -22,7 +24,7 @@ from pathlib import Path
 import torch
 
 SOURCES = [Path(__file__).with_name("csrc") / name
-           for name in ("paged_attention_cpu.cpp", "fused_ops_cpu.cpp", "sampling_cpu.cpp")]
+           for name in ("paged_attention_cpu.cpp", "fused_ops_cpu.cpp", "sampling_cpu.cpp", "linear_bf16_cpu.cpp")]
 NAME = "batchtop_cpu_kernels"
 DTYPES = (torch.float32, torch.bfloat16)
 _why: list[str] = []
@@ -104,6 +106,26 @@ def sample(logits: torch.Tensor, temperature: torch.Tensor, top_p: torch.Tensor,
     tokens = torch.empty(logits.shape[0], dtype=torch.long)
     torch.ops.batchtop_cpu.sample(tokens, logits, temperature, top_p, seed_lo, seed_hi, counter)
     return tokens
+
+
+def linear_bf16_usable() -> bool:
+    return available() and torch.ops.batchtop_cpu.linear_bf16_supported()
+
+
+def pack_linear_bf16(weight: torch.Tensor) -> torch.Tensor:
+    """The (N, K) weight in linear_bf16's layout: 64-column groups of K/2 feature pairs (K padded to even)."""
+    return torch.ops.batchtop_cpu.pack_linear_bf16(weight)
+
+
+def linear_bf16(x: torch.Tensor, packed: torch.Tensor, bias: torch.Tensor | None, out_features: int) -> torch.Tensor:
+    """x (rows, K) @ W^T + bias in bfloat16, fp32 accumulation; each row's result independent of the others."""
+    if x.stride(-1) != 1:
+        x = x.contiguous()
+    if x.shape[1] % 2:
+        x = torch.nn.functional.pad(x, (0, 1))  # the packed weight's padding feature is zero
+    out = torch.empty((x.shape[0], out_features), dtype=x.dtype)
+    torch.ops.batchtop_cpu.linear_bf16(out, x, packed, bias)
+    return out
 
 
 def argmax(logits: torch.Tensor) -> torch.Tensor:

@@ -1,9 +1,15 @@
 """nn.Linear whose weight is packed once for the CPU's GEMM library: small-batch decode much faster.
 
-Two packings, by dtype (bench/packed_linear.py measures both against F.linear):
-- bf16 (CPUs with AVX512_BF16 / AMX): F.linear reorders the weight into oneDNN's blocked layout on
-  every call; at decode batch sizes that reorder costs about as much as the GEMM itself. Packed once,
-  as torch.compile's CPU backend does, the result is bitwise the same; decode steps 1.2-1.4x faster.
+Three packings, by dtype and CPU (bench/packed_linear.py measures them against F.linear):
+- bf16 where batchtop's CPU kernels are built with AVX512_BF16: gpu_kernels' linear_bf16, whose
+  layout streams each weight front to back. A step's 33 cpu-demo matrices (246 MB, one thread, cold):
+  8.8 ms at 1 row (28 GB/s, oneDNN 12.4 ms), 12.0 ms at 8 rows (oneDNN 17.0), level with oneDNN
+  from 64 rows on. fp32 accumulation in another order than oneDNN's: within bf16 rounding of
+  F.linear, not bitwise; each row's result is the same whatever rows share its GEMM.
+- bf16 elsewhere (AVX512_BF16 / AMX, kernels not built): F.linear reorders the weight into oneDNN's
+  blocked layout on every call; at decode batch sizes that reorder costs about as much as the GEMM
+  itself. Packed once, as torch.compile's CPU backend does, the result is bitwise the same; decode
+  steps 1.2-1.4x faster.
 - fp32: F.linear goes to MKL's general sgemm, whose cost at 2-16 rows grows with the rows although
   the weights are read once (a 1024x5632 GEMM: 0.41 ms at 1 row, 2.1 ms at 13); MKL's packed GEMM
   keeps it near 0.4-0.7 ms up to 16 rows, the memory-bound picture decode should give. cpu-demo
@@ -22,6 +28,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from batchtop.gpu_kernels import cpu_kernels
+
 MKL_PACK_ROWS = 256  # MKL's packing hint, and the most rows the packed sgemm is used for
 # Fewer rows than this are padded with zero rows for the bf16 GEMM: oneDNN (3.12, AVX512_BF16 without
 # AMX) streams a step's weights in 16.8 ms at 1 row and 19.4 ms at 2, but 14.5 ms at 4
@@ -31,9 +39,11 @@ ONEDNN_MIN_ROWS = 4
 
 @functools.cache
 def packing(device: torch.device, dtype: torch.dtype) -> str | None:
-    """'onednn' (bf16), 'mkl' (fp32) or None where neither pays off or exists."""
+    """'batchtop' or 'onednn' (bf16), 'mkl' (fp32), or None where none pays off or exists."""
     if device.type != "cpu":
         return None
+    if dtype == torch.bfloat16 and cpu_kernels.linear_bf16_usable():
+        return "batchtop"
     if dtype == torch.bfloat16 and torch.backends.mkldnn.is_available() \
             and torch.ops.mkldnn._is_mkldnn_bf16_supported():
         return "onednn"
@@ -53,6 +63,11 @@ def weight_key(weight: torch.Tensor) -> tuple:
     return id(weight), weight.data_ptr(), None if weight.is_inference() else weight._version
 
 
+PACKERS = {"batchtop": cpu_kernels.pack_linear_bf16,
+           "onednn": lambda w: torch.ops.mkldnn._reorder_linear_weight(w),
+           "mkl": lambda w: torch.ops.mkl._mkl_reorder_linear_weight(w, MKL_PACK_ROWS)}
+
+
 class PackedLinear(nn.Linear):
     def __init__(self, in_features: int, out_features: int, bias: bool = True, **kwargs) -> None:
         super().__init__(in_features, out_features, bias, **kwargs)
@@ -64,12 +79,12 @@ class PackedLinear(nn.Linear):
         kind = packing(weight.device, weight.dtype) if x.dim() == 2 else None
         if kind is None or (kind == "mkl" and x.shape[0] > MKL_PACK_ROWS):
             return F.linear(x, weight, self.bias)
-        key = weight_key(weight)
+        key = (kind, *weight_key(weight))
         if self._packed is None or self._packed_key != key:
-            w = weight.detach()
-            self._packed = (torch.ops.mkldnn._reorder_linear_weight(w) if kind == "onednn"
-                            else torch.ops.mkl._mkl_reorder_linear_weight(w, MKL_PACK_ROWS))
+            self._packed = PACKERS[kind](weight.detach())
             self._packed_key = key
+        if kind == "batchtop":
+            return cpu_kernels.linear_bf16(x, self._packed, self.bias, self.out_features)
         if kind == "onednn":
             rows = x.shape[0]
             if rows < ONEDNN_MIN_ROWS:  # oneDNN's 1- and 2-row kernels stream the weights slower than its 4-row one
