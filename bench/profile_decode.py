@@ -20,9 +20,9 @@ from batchtop.core_engine.resolve import resolve_config
 
 GROUPS = (
     ("matmul", ("linear", "mkl", "addmm", "mm", "matmul")),
-    ("attention", ("scaled_dot_product", "index_select", "index_copy", "_flash", "bmm", "baddbmm")),
-    ("sampling", ("argmax", "sort", "softmax", "multinomial", "cumsum", "topk", "exponential")),
-    ("elementwise", ("mul", "add", "cat", "silu", "rms_norm", "neg", "cos", "sin", "copy_", "to")),
+    ("attention", ("scaled_dot_product", "paged_attention", "index_select", "index_copy", "_flash", "bmm", "baddbmm")),
+    ("sampling", ("argmax", "sample", "sort", "softmax", "multinomial", "cumsum", "topk", "exponential")),
+    ("elementwise", ("mul", "add", "cat", "silu", "rms_norm", "rope", "neg", "cos", "sin", "copy_", "to")),
 )
 
 
