@@ -99,6 +99,20 @@ def test_a_bad_call_names_what_is_wrong():
                                       None, torch.ones(2, dtype=torch.long), 1.0)
 
 
+@pytest.mark.skipif(not cpu_kernels.linear_bf16_usable(), reason="needs AVX512_BF16")
+def test_a_bad_linear_call_names_what_is_wrong():
+    packed = cpu_kernels.pack_linear_bf16(torch.zeros(80, 32, dtype=torch.bfloat16))
+    x = torch.zeros(3, 32, dtype=torch.bfloat16)
+    with pytest.raises(RuntimeError, match="34 features"):  # x of 34 against a weight of 32
+        cpu_kernels.linear_bf16(torch.zeros(3, 34, dtype=torch.bfloat16), packed, None, 80)
+    with pytest.raises(RuntimeError, match="weight's N"):
+        cpu_kernels.linear_bf16(x, packed, None, 200)
+    with pytest.raises(RuntimeError, match="bias"):
+        cpu_kernels.linear_bf16(x, packed, torch.zeros(79, dtype=torch.bfloat16), 80)
+    with pytest.raises(RuntimeError, match="bfloat16"):
+        cpu_kernels.pack_linear_bf16(torch.zeros(80, 32))
+
+
 def test_the_engine_on_the_kernel_generates_what_it_generates_on_the_reference(monkeypatch):
     """head_dim 64 (the vectorised path), chunked prompts continuing over cached blocks, decode rows
     and prompt rows in one call: the same greedy tokens as the torch reference path, in fp32."""
