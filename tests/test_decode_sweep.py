@@ -4,8 +4,12 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
+import pytest
+
+from batchtop.core_engine.engine.engine import Engine
 from batchtop.core_engine.engine.snapshot import StepCost
 from batchtop.core_engine.measure import decode_sweep as sweep
+from tests.conftest import tiny_config
 
 
 class Config:
@@ -40,3 +44,12 @@ def test_a_round_on_an_already_warm_model_can_skip_the_warm_up(monkeypatch):
     calls = fake(monkeypatch)
     sweep.decode_sweep(ENGINE, [1, 8], 128, 3, warm_up=False)
     assert calls == [(1, 3), (8, 3)]
+
+
+def test_a_context_longer_than_the_vocabulary_is_measured_and_a_short_sweep_is_an_error():
+    # tiny has 512 token ids: a prompt of ids 1..600 would be refused, and measured nothing
+    config = tiny_config(max_num_seqs=2, max_num_batched_tokens=2 * 600, block_size=16, num_kv_blocks=2 * 40)
+    snaps = sweep.decode_steps(Engine(config), 2, 600, 3)
+    assert len(snaps) == 3 and all(s.num_seqs == 2 for s in snaps)
+    with pytest.raises(RuntimeError, match="2 sequences of 600 tokens decoded 0 steps together"):
+        sweep.decode_steps(Engine(config.with_(num_kv_blocks=40)), 2, 600, 3)  # the pool holds one

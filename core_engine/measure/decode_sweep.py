@@ -32,12 +32,16 @@ class StepSample:
 def decode_steps(engine: Engine, batch: int, context: int, steps: int) -> list[StepSnapshot]:
     """Snapshots of `steps` pure-decode steps at exactly `batch` rows, after one warm-up step
     (its allocator and cache misses would overstate the cost)."""
-    engine.load_workload([Request(f"b{batch}-{i}", tuple(range(1, context + 1)), steps + 4) for i in range(batch)])
+    prompt = tuple(1 + i % (engine.config.model.vocab_size - 1) for i in range(context))  # any ids the model has
+    engine.load_workload([Request(f"b{batch}-{i}", prompt, steps + 4) for i in range(batch)])
     snaps = []
     while not engine.is_done():
         snap = engine.step()
         if snap.is_step and snap.num_prefill_tokens == 0 and snap.num_seqs == batch:
             snaps.append(snap)
+    if len(snaps) <= steps:
+        raise RuntimeError(f"{batch} sequences of {context} tokens decoded {len(snaps)} steps together, "
+                           f"not {steps + 1}: refused, or their pool is too small")
     return snaps[1:steps + 1]
 
 
