@@ -7,7 +7,7 @@ import pytest
 from batchtop.core_engine.measure import device_peaks as dp
 from batchtop.core_engine.config import ModelConfig, preset
 from batchtop.core_engine.measure.device_peaks import DevicePeaks, datasheet_peaks
-from batchtop.core_engine.measure.roofline import Chunk, marginal_sequence_cost, step_cost
+from batchtop.core_engine.measure.roofline import Chunk, attention_time, device_time, marginal_sequence_cost, step_cost
 from batchtop.core_engine.simulate.calibration import Calibration
 
 HAND = ModelConfig("hand", vocab_size=10, hidden_size=4, intermediate_size=8, num_hidden_layers=1,
@@ -80,6 +80,16 @@ def test_the_one_more_sequence_verdict_is_the_what_if_time_of_one_more_row(batch
     now, more = (at_peaks.device_time(decode_step(b, context), peaks) for b in (batch, batch + 1))
     verdict = marginal_sequence_cost(decode_step(batch, context), batch, peaks.peak_flops, peaks.peak_bytes_per_s)
     assert verdict == pytest.approx(more / now - 1, rel=1e-9)
+
+
+def test_attention_reads_the_kv_at_its_own_roof_the_peak_unless_given():
+    cost, flops, peak = decode_step(8, 1024), 170e9, 22e9
+    assert cost.kv_bytes / cost.attn_flops > 1 / 7.7  # memory-bound attention at these roofs
+    assert attention_time(cost, flops, peak) == pytest.approx(cost.kv_bytes / peak)
+    assert attention_time(cost, flops, peak, 13e9) == pytest.approx(cost.kv_bytes / 13e9)
+    # the GEMMs keep the peak bandwidth: only the KV read slows
+    slower = device_time(cost, flops, peak, 13e9) - device_time(cost, flops, peak)
+    assert slower == pytest.approx(cost.kv_bytes / 13e9 - cost.kv_bytes / peak)
 
 
 @pytest.mark.parametrize("name,entry", [("NVIDIA H200", "H200"), ("NVIDIA H100 PCIe", "H100 PCIe"),

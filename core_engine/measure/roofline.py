@@ -23,8 +23,11 @@ kernels that run one after the other (paged/flash attention sits between the pro
 as on a GPU), so each is bound by its own roof and their times add:
 
   matmul time    = max(weight FLOPs / F, (bytes - KV bytes) / B)      weights and activations
-  attention time = max(attention FLOPs / F, KV bytes / B)
+  attention time = max(attention FLOPs / F, KV bytes / B_kv)
   device time    = matmul time + attention time
+
+B_kv is the bandwidth the attention kernels reach on the KV cache, B unless given: a kernel that
+gathers each row's blocks from the pool need not stream them as fast as a GEMM streams its weights.
 
 One max() over the step's totals would hide the KV read under the GEMMs' compute roof once a batch
 is compute-bound, and charge nothing for a longer context.
@@ -79,14 +82,19 @@ def matmul_time(cost: StepCost, peak_flops: float, peak_bytes_per_s: float) -> f
     return max(cost.weight_flops / peak_flops, (cost.bytes - cost.kv_bytes) / peak_bytes_per_s)
 
 
-def attention_time(cost: StepCost, peak_flops: float, peak_bytes_per_s: float) -> float:
-    """Attention: the KV cache read and written, against QK^T and PV."""
-    return max(cost.attn_flops / peak_flops, cost.kv_bytes / peak_bytes_per_s)
+def attention_time(cost: StepCost, peak_flops: float, peak_bytes_per_s: float,
+                   kv_bytes_per_s: float | None = None) -> float:
+    """Attention: the KV cache read and written (at kv_bytes_per_s, peak_bytes_per_s unless given),
+    against QK^T and PV."""
+    kv_rate = peak_bytes_per_s if kv_bytes_per_s is None else kv_bytes_per_s
+    return max(cost.attn_flops / peak_flops, cost.kv_bytes / kv_rate)
 
 
-def device_time(cost: StepCost, peak_flops: float, peak_bytes_per_s: float) -> float:
+def device_time(cost: StepCost, peak_flops: float, peak_bytes_per_s: float,
+                kv_bytes_per_s: float | None = None) -> float:
     """The roofline model's time for a step: its GEMMs, then its attention, each at its own roof."""
-    return matmul_time(cost, peak_flops, peak_bytes_per_s) + attention_time(cost, peak_flops, peak_bytes_per_s)
+    return (matmul_time(cost, peak_flops, peak_bytes_per_s)
+            + attention_time(cost, peak_flops, peak_bytes_per_s, kv_bytes_per_s))
 
 
 def one_more_row(cost: StepCost, batch: int) -> StepCost:
