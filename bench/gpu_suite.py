@@ -11,8 +11,9 @@ suite goes on):
 - roofline: per model, at batch 1/8/64/256, achieved bytes/s and FLOP/s over the step and the fraction
   of the roof at that intensity (datasheet roofs on known GPUs, measured on a CPU).
 - compare: `batchtop compare` (static vs continuous) on the first model, its JSON.
-- calibration: `batchtop calibrate` on the first model (the what-if model's three constants fitted to
-  this device's decode steps), also written beside -o as SUITE.calibration.json for `--calibration`.
+- calibration: `batchtop calibrate` on the first model (the what-if model's four constants fitted to
+  this device's decode steps at contexts 128 and 512), also written beside -o as SUITE.calibration.json
+  for `--calibration`.
 - vllm: bench/peer_vllm.py's throughput mode when this Python imports vllm; else why not.
 Sized to finish within 5 minutes on an H200 (weights are seeded on the device; 6 steps a batch).
 """

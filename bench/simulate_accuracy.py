@@ -3,7 +3,8 @@
     flock /tmp/bench.lock python bench/simulate_accuracy.py [--model cpu-demo] [--passes 4] [--json out.json]
 
 The calibration is fitted as `batchtop calibrate` fits it, from decode steps at batch sizes {1, 8, 32}
-only (context 128, 8 steps per batch size per round, each batch size's median). On a shared host the
+only, each at contexts 128 and 512 (8 steps per batch size and context per round, each one's median;
+the two contexts tell attention's KV read from the GEMMs' per-row work). On a shared host the
 machine's speed drifts by 10-20% from one minute to the next, so a fit measured a minute before the
 runs it is checked against mostly measures the drift. Here every calibration round is measured in the
 same minutes as the runs it predicts, interleaved with them:
@@ -19,7 +20,8 @@ same minutes as the runs it predicts, interleaved with them:
    (and again with --repeats 2); each real run is predicted from a fit on the two blocks either side
    of it. The simulated runs schedule on their own (their clock is the model's), so this tests the
    whole what-if path, not just the step-time formula.
-The fit never sees a step of any batch size but 1, 8 and 32, nor any step of the runs it predicts.
+The fit never sees a step of any batch size but 1, 8 and 32, nor any step of the runs it predicts
+(the staircase's contexts run from ~36 tokens at batch 64 to ~350 at batch 1).
 The target is every predicted figure within 10% of measured; each error is printed. So is how many
 measured steps took over 3x the model's time for them: the host busy elsewhere, no model's business
 (they are counted, never dropped).
@@ -36,7 +38,7 @@ from dataclasses import dataclass
 from batchtop.core_engine.engine.engine import Engine
 from batchtop.core_engine.engine.request import Request
 from batchtop.core_engine.engine.snapshot import StepCost
-from batchtop.core_engine.measure.decode_sweep import StepSample, batch_medians, decode_sweep
+from batchtop.core_engine.measure.decode_sweep import StepSample, decode_sweep, sweep_medians
 from batchtop.core_engine.measure.device_peaks import device_peaks
 from batchtop.core_engine.measure.metrics import MetricsCollector
 from batchtop.core_engine.resolve import resolve_config
@@ -47,7 +49,7 @@ from batchtop.core_engine.simulate.fit import fit_calibration, predict
 from batchtop.core_engine.simulate.simulation import Simulation
 
 CALIBRATION_BATCHES = [1, 8, 32]
-CALIBRATION_CONTEXT = 128  # `batchtop calibrate`'s defaults
+CALIBRATION_CONTEXTS = [128, 512]  # `batchtop calibrate`'s defaults
 CALIBRATION_STEPS = 8
 TARGET = 0.10
 STALL = 3.0  # a step this many times the model's time for it: the host was busy elsewhere (reported, kept)
@@ -124,7 +126,7 @@ class Calibrator:
         self.warm = False
 
     def round(self) -> list[StepSample]:
-        samples = decode_sweep(self.engine, CALIBRATION_BATCHES, CALIBRATION_CONTEXT, CALIBRATION_STEPS,
+        samples = decode_sweep(self.engine, CALIBRATION_BATCHES, CALIBRATION_CONTEXTS, CALIBRATION_STEPS,
                                warm_up=not self.warm)
         self.warm = True
         self.rounds.append(samples)
@@ -133,16 +135,20 @@ class Calibrator:
     def fit(self, rounds: list[list[StepSample]]):
         samples = [s for r in rounds for s in r]
         assert {s.batch for s in samples} == set(CALIBRATION_BATCHES)  # the fit sees these sizes only
-        return fit_calibration(batch_medians(samples), self.peaks, source="bench",
+        return fit_calibration(sweep_medians(samples), self.peaks, source="bench",
                                fitted_on={"device": self.peaks.device_name})
 
 
 def describe_fit(label: str, fit, rounds: list[list[StepSample]]) -> None:
     print(f"{label}: {fit.calibration.describe()}; rms error on its own points {100 * fit.rms_relative_error:.1f}%")
-    for batch in CALIBRATION_BATCHES:  # the drift the interleaving is there to share out
-        medians = [statistics.median(s.seconds for s in r if s.batch == batch) for r in rounds]
-        print(f"  batch {batch:2d} round medians: " + " ".join(f"{1e3 * m:5.1f}" for m in medians)
-              + f" ms (spread {100 * (max(medians) / min(medians) - 1):.0f}%)")
+    for context in CALIBRATION_CONTEXTS:  # the drift the interleaving is there to share out
+        for batch in CALIBRATION_BATCHES:
+            medians = [statistics.median(s.seconds for s in r if (s.batch, s.context) == (batch, context))
+                       for r in rounds]
+            print(f"  batch {batch:2d} context {context} round medians: " + " ".join(f"{1e3 * m:5.1f}" for m in medians)
+                  + f" ms (spread {100 * (max(medians) / min(medians) - 1):.0f}%)")
+    for name in fit.held:
+        print(f"  {name}: not identified by these steps, kept at the default")
     for name, (lo, hi) in fit.ranges.items():
         if hi / lo > 1.05:
             print(f"  {name}: any value in {lo:.2f}..{hi:.2f} fits equally well (that roof is never met)")
@@ -265,7 +271,7 @@ def main() -> None:
     peaks = device_peaks(sweep_config.device, sweep_config.dtype)
     print(f"{sweep_config.model.name} ({sweep_config.dtype}) on {peaks.device_name}; roofs "
           f"{peaks.peak_flops / 1e9:.0f} GFLOP/s, {peaks.peak_bytes_per_s / 1e9:.1f} GB/s ({peaks.source}); "
-          f"calibrated on batch {CALIBRATION_BATCHES} only (context {CALIBRATION_CONTEXT}, "
+          f"calibrated on batch {CALIBRATION_BATCHES} only (contexts {CALIBRATION_CONTEXTS}, "
           f"{CALIBRATION_STEPS} steps each per round)", flush=True)
     calibrator = Calibrator(engine, peaks)
     steps = step_times(calibrator, sweep_config, args)

@@ -1,4 +1,5 @@
-"""The measured decode sweep: rounds interleave the batch sizes; the unmeasured warm-up can be skipped."""
+"""The measured decode sweep: rounds interleave the batch sizes and contexts; the unmeasured warm-up can be
+skipped."""
 
 from __future__ import annotations
 
@@ -21,8 +22,8 @@ def fake(monkeypatch) -> list:
     calls = []
 
     def decode_steps(engine, batch, context, steps):
-        calls.append((batch, steps))
-        return [SimpleNamespace(cost=StepCost(flops=batch, bytes=1.0), step_time_s=0.01 * batch)] * steps
+        calls.append((batch, context, steps))
+        return [SimpleNamespace(cost=StepCost(flops=batch, bytes=context), step_time_s=0.01 * batch)] * steps
 
     monkeypatch.setattr(sweep, "decode_steps", decode_steps)
     monkeypatch.setattr(sweep, "Engine", lambda config, **kwargs: config)
@@ -34,16 +35,25 @@ ENGINE = SimpleNamespace(config=Config(), runner=None, clock=None)
 
 def test_every_batch_size_is_warmed_up_once_then_the_rounds_interleave(monkeypatch):
     calls = fake(monkeypatch)
-    samples = sweep.decode_sweep(ENGINE, [1, 8], 128, 3, rounds=2)
-    assert calls == [(1, 2), (8, 2), (1, 3), (8, 3), (1, 3), (8, 3)]
+    samples = sweep.decode_sweep(ENGINE, [1, 8], [128], 3, rounds=2)
+    assert calls == [(1, 128, 2), (8, 128, 2), (1, 128, 3), (8, 128, 3), (1, 128, 3), (8, 128, 3)]
     assert [s.batch for s in samples] == [1] * 3 + [8] * 3 + [1] * 3 + [8] * 3
-    assert samples[3].seconds == 0.08 and samples[3].cost == StepCost(flops=8, bytes=1.0)
+    assert samples[3].seconds == 0.08 and samples[3].cost == StepCost(flops=8, bytes=128)
+
+
+def test_each_round_measures_every_batch_size_at_every_context_after_one_warm_up_at_the_shortest(monkeypatch):
+    calls = fake(monkeypatch)
+    samples = sweep.decode_sweep(ENGINE, [1, 8], [512, 128], 2, rounds=2)
+    assert calls[:2] == [(1, 128, 2), (8, 128, 2)]
+    assert calls[2:] == [(1, 512, 2), (8, 512, 2), (1, 128, 2), (8, 128, 2)] * 2
+    assert [(s.batch, s.context) for s in samples[:4]] == [(1, 512), (1, 512), (8, 512), (8, 512)]
+    assert samples[0].as_dict()["context"] == 512
 
 
 def test_a_round_on_an_already_warm_model_can_skip_the_warm_up(monkeypatch):
     calls = fake(monkeypatch)
-    sweep.decode_sweep(ENGINE, [1, 8], 128, 3, warm_up=False)
-    assert calls == [(1, 3), (8, 3)]
+    sweep.decode_sweep(ENGINE, [1, 8], [128], 3, warm_up=False)
+    assert calls == [(1, 128, 3), (8, 128, 3)]
 
 
 def test_a_context_longer_than_the_vocabulary_is_measured_and_a_short_sweep_is_an_error():

@@ -76,7 +76,8 @@ def test_one_more_sequence_is_nearly_free_below_the_ridge_and_proportional_above
     (512, 1100, DevicePeaks("h200", 989e12, 4.8e12, "test")),
 ])
 def test_the_one_more_sequence_verdict_is_the_what_if_time_of_one_more_row(batch, context, peaks):
-    at_peaks = Calibration(compute_efficiency=1.0, memory_efficiency=1.0, step_overhead_s=1e-6)
+    at_peaks = Calibration(compute_efficiency=1.0, memory_efficiency=1.0, attention_efficiency=1.0,
+                           step_overhead_s=1e-6)
     now, more = (at_peaks.device_time(decode_step(b, context), peaks) for b in (batch, batch + 1))
     verdict = marginal_sequence_cost(decode_step(batch, context), batch, peaks.peak_flops, peaks.peak_bytes_per_s)
     assert verdict == pytest.approx(more / now - 1, rel=1e-9)

@@ -74,17 +74,17 @@ def test_given_the_real_runs_step_times_the_simulation_makes_the_same_decisions(
 
 def test_each_step_takes_the_calibrated_roofline_time_of_the_cost_the_roofline_panel_shows():
     config = tiny_config(max_num_seqs=4, num_kv_blocks=64)
-    cal = Calibration(compute_efficiency=0.5, memory_efficiency=0.25, step_overhead_s=0.003)
+    cal = Calibration(compute_efficiency=0.5, memory_efficiency=0.25, attention_efficiency=0.4, step_overhead_s=0.003)
     engine = Simulation(simulated_device("h200"), PEAKS, cal).engine(config)
     snaps = []
     run_workload(engine, make_requests(8, seed=1), on_step=snaps.append)
     steps = [s for s in snaps if s.is_step]
     assert steps and engine.counters.completed == 8
-    flop_rate, bandwidth = 0.5 * PEAKS.peak_flops, 0.25 * PEAKS.peak_bytes_per_s
+    flop_rate, bandwidth, kv_rate = 0.5 * PEAKS.peak_flops, 0.25 * PEAKS.peak_bytes_per_s, 0.4 * PEAKS.peak_bytes_per_s
     for s in steps:
         c = s.cost
         device = (max(c.weight_flops / flop_rate, (c.bytes - c.kv_bytes) / bandwidth)  # the GEMMs, then
-                  + max(c.attn_flops / flop_rate, c.kv_bytes / bandwidth))  # attention, each at its own roof
+                  + max(c.attn_flops / flop_rate, c.kv_bytes / kv_rate))  # attention, each at its own roof
         assert s.forward_s == pytest.approx(device) and s.prepare_s == pytest.approx(0.003)
         assert s.step_time_s == pytest.approx(0.003 + device)
     assert snaps[-1].t == pytest.approx(sum(s.step_time_s for s in steps))
@@ -97,9 +97,9 @@ def first_full_decode(engine: Engine, batch: int, prompt: int):
     return next(s for s in snaps if s.is_step and s.num_prefill_tokens == 0 and s.num_seqs == batch)
 
 
-def test_a_longer_context_makes_a_decode_step_slower_by_its_kv_read_even_when_compute_bound():
+def test_a_longer_context_makes_a_decode_step_slower_by_its_kv_read_at_the_attention_roof_even_when_compute_bound():
     peaks = DevicePeaks("cpu-like", 170e9, 22e9, "measured:test")  # ridge 7.7 FLOP/byte
-    cal = Calibration(compute_efficiency=1.0, memory_efficiency=0.6, step_overhead_s=0.001)
+    cal = Calibration(compute_efficiency=1.0, memory_efficiency=3.0, attention_efficiency=0.6, step_overhead_s=0.001)
     config = tiny_config(model=preset("cpu-demo"), dtype="bfloat16", max_num_seqs=32, max_num_batched_tokens=32 * 1024,
                          block_size=16, num_kv_blocks=4096)
     short, long = (first_full_decode(Simulation(simulated_device("cpu"), peaks, cal).engine(config), 32, prompt)

@@ -29,8 +29,8 @@ def test_a_simulated_h200_run_sizes_its_pool_from_141_gib_and_says_it_is_simulat
     m = json.loads(out.read_text())
     sim = m["simulated"]
     assert sim["device"] == "H200" and sim["peaks_source"] == "datasheet:H200"
-    assert sim["calibration"] == {"compute_efficiency": 0.6, "memory_efficiency": 0.8, "step_overhead_s": 0.002,
-                                  "source": "defaults"}
+    assert sim["calibration"] == {"compute_efficiency": 0.6, "memory_efficiency": 0.8, "attention_efficiency": 0.8,
+                                  "step_overhead_s": 0.002, "source": "defaults"}
     assert m["roofline"]["peaks_source"] == "datasheet:H200" and m["config"]["device"] == "cuda"
     assert m["requests"]["completed"] == 12 and m["throughput_tok_s"] > 0 and m["complete"]
     model = preset("gpu-8b")
@@ -72,12 +72,20 @@ def test_bad_simulate_options_exit_2_naming_the_option(args, needle):
     assert needle in result.output
 
 
-def test_a_bad_calibration_file_exits_2_naming_it_and_the_constant(tmp_path):
+@pytest.mark.parametrize("constants,needle", [
+    ({"memory_efficiency": 0}, "memory_efficiency must be > 0, got 0"),
+    ({"attention_efficiency": 0}, "attention_efficiency must be > 0, got 0"),
+    ({"attention_efficiency": -1.5}, "attention_efficiency must be > 0, got -1.5"),
+    ({"attention_efficiency": "fast"}, "attention_efficiency must be a number, got 'fast'"),
+    ({"attention_efficiency": float("nan")}, "attention_efficiency must be a number, got nan"),
+])
+def test_a_bad_calibration_file_exits_2_naming_it_and_the_constant(tmp_path, constants, needle):
     path = tmp_path / "cal.json"
-    path.write_text(json.dumps({"compute_efficiency": 0.5, "memory_efficiency": 0, "step_overhead_s": 0.001}))
+    path.write_text(json.dumps({"compute_efficiency": 0.5, "memory_efficiency": 0.7, "step_overhead_s": 0.001,
+                                **constants}))
     result = invoke(["--headless", "--simulate", "h100", *TINY, "--calibration", str(path)])
     assert result.exit_code == 2
-    assert f"--calibration: {path}: memory_efficiency must be > 0, got 0" in result.output
+    assert f"--calibration: {path}: {needle}" in result.output
 
 
 def test_compare_on_a_simulated_device_labels_the_table_as_modelled(tmp_path):
@@ -93,24 +101,42 @@ def test_compare_on_a_simulated_device_labels_the_table_as_modelled(tmp_path):
 
 def test_calibrate_measures_fits_and_writes_a_file_simulate_accepts(tmp_path):
     cal = tmp_path / "cal.json"
-    result = invoke(["calibrate", *TINY, "--device", "cpu", "--batches", "1,4", "--context", "16", "--steps", "3",
+    result = invoke(["calibrate", *TINY, "--device", "cpu", "--batches", "1,4", "--context", "64,16", "--steps", "3",
                      "-o", str(cal)])
     assert result.exit_code == 0, result.output
     doc = json.loads(cal.read_text())
-    assert doc["fitted_on"]["batches"] == [1, 4] and len(doc["samples"]) == 2
+    assert doc["fitted_on"]["batches"] == [1, 4] and doc["fitted_on"]["contexts"] == [16, 64]
+    assert [(s["batch"], s["context"]) for s in doc["samples"]] == [(1, 16), (1, 64), (4, 16), (4, 64)]
+    assert doc["fit"]["held_at_default"] == [] and doc["attention_efficiency"] > 0
     fitted = load_calibration(str(cal))
     assert fitted.step_overhead_s > 0 and fitted.fitted_on["model"] == "tiny"
-    assert "measured ms" in result.stdout
+    assert "measured ms" in result.stdout and "attention eff" in result.stdout
     out = tmp_path / "m.json"
     result = invoke(["--headless", "--simulate", "cpu", *TINY, *SMALL_RUN, "--calibration", str(cal), "-o", str(out)])
     assert result.exit_code == 0, result.output
     assert json.loads(out.read_text())["simulated"]["calibration"]["source"] == str(cal)
 
 
+def test_calibrate_at_one_context_keeps_the_default_attention_efficiency_and_says_so(tmp_path):
+    cal = tmp_path / "cal.json"
+    result = invoke(["calibrate", *TINY, "--device", "cpu", "--batches", "1,4", "--context", "16", "--steps", "3",
+                     "-o", str(cal)])
+    assert result.exit_code == 0, result.output
+    assert "attention_efficiency: these steps' contexts are too alike" in result.stderr
+    doc = json.loads(cal.read_text())
+    assert doc["attention_efficiency"] == 0.8 and doc["fit"]["held_at_default"] == ["attention_efficiency"]
+
+
 @pytest.mark.parametrize("batches", ["8", "1,1", "1,x", "0,4"])
 def test_calibrate_needs_two_batch_sizes(batches, tmp_path):
     result = invoke(["calibrate", *TINY, "--batches", batches, "-o", str(tmp_path / "c.json")])
     assert result.exit_code == 2 and "--batches" in result.output
+
+
+@pytest.mark.parametrize("contexts", ["", "128,x", "0,512"])
+def test_calibrate_refuses_a_bad_context(contexts, tmp_path):
+    result = invoke(["calibrate", *TINY, "--context", contexts, "-o", str(tmp_path / "c.json")])
+    assert result.exit_code == 2 and "--context" in result.output
 
 
 def test_calibrate_fits_a_recorded_session_but_not_a_simulated_one(tmp_path):

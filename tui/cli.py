@@ -125,22 +125,24 @@ def replay(trace: str, headless: bool, output: str | None, speed: float, theme: 
 @click.option("--dtype", type=click.Choice(["auto", "float32", "bfloat16", "float16"]), default="auto",
               show_default=True)
 @click.option("--batches", default="1,8,32", show_default=True, help="Batch sizes of the decode sweep.")
-@click.option("--context", type=click.IntRange(min=1), default=128, show_default=True,
-              help="Tokens of context per sequence.")
+@click.option("--context", default="128,512", show_default=True,
+              help="Tokens of context per sequence, one sweep at each; two lengths tell attention's KV read "
+                   "from the GEMMs' per-row work (one: the attention efficiency keeps its default).")
 @click.option("--steps", type=click.IntRange(min=2), default=8, show_default=True,
-              help="Measured decode steps per batch size and round.")
+              help="Measured decode steps per batch size, context and round.")
 @click.option("--rounds", type=click.IntRange(1, 50), default=3, show_default=True,
-              help="Rounds over the batch sizes, interleaved; each batch size's median step is fitted.")
+              help="Rounds over the batch sizes and contexts, interleaved; each one's median step is fitted.")
 @click.option("--seed", type=SEED, default=0, show_default=True)
 @click.option("--from-trace", type=str, default=None, metavar="TRACE",
               help="Fit to the steps of a recorded session (from --record, on any device) instead of measuring here.")
 def calibrate(output: str, **opts) -> None:
-    """Fit the what-if model (compute efficiency, memory efficiency, per-step overhead) to measured steps.
+    """Fit the what-if model (compute, memory and attention efficiency, per-step overhead) to measured steps.
 
-    Runs a short decode sweep on this device and least-squares fits each step's measured time to
-    its GEMMs' time plus its attention's, each max(FLOPs / (peak x compute eff), bytes / (peak B/s x
-    memory eff)) of its own work, + overhead. Run it on a quiet machine: a busy neighbour slows every
-    step it measures.
+    Runs a short decode sweep on this device, every batch size at each context, and least-squares fits
+    each step's measured time to its GEMMs' time, max(weight FLOPs / (peak x compute eff), weight and
+    activation bytes / (peak B/s x memory eff)), plus its attention's, max(attention FLOPs / (peak x
+    compute eff), KV bytes / (peak B/s x attention eff)), + overhead. Run it on a quiet machine: a busy
+    neighbour slows every step it measures.
     """
     from batchtop.tui.commands.calibrate import run_calibrate
     run_calibrate(opts, output)

@@ -1,4 +1,5 @@
-"""A measured decode sweep: B same-length sequences decoding together on the real engine, for each B.
+"""A measured decode sweep: B same-length sequences decoding together on the real engine, for each B
+and each length.
 
 What `batchtop calibrate` fits its constants to, and what the decode benches time.
 """
@@ -23,10 +24,11 @@ class StepSample:
     batch: int
     cost: StepCost
     seconds: float
+    context: int | None = None  # a sweep's prompt length (every row's); None for a recorded session's steps
 
     def as_dict(self) -> dict:
-        return {"batch": self.batch, **{name: getattr(self.cost, name) for name in COST_FIELDS},
-                "seconds": self.seconds}
+        return {"batch": self.batch, "context": self.context,
+                **{name: getattr(self.cost, name) for name in COST_FIELDS}, "seconds": self.seconds}
 
 
 def decode_steps(engine: Engine, batch: int, context: int, steps: int) -> list[StepSnapshot]:
@@ -45,37 +47,45 @@ def decode_steps(engine: Engine, batch: int, context: int, steps: int) -> list[S
     return snaps[1:steps + 1]
 
 
-def decode_sweep(engine: Engine, batches: list[int], context: int, steps: int, rounds: int = 1, *,
+def decode_sweep(engine: Engine, batches: list[int], contexts: list[int], steps: int, rounds: int = 1, *,
                  warm_up: bool = True) -> list[StepSample]:
-    """`steps` measured decode steps at each batch size per round, each on a fresh engine sharing
-    `engine`'s model; the rounds interleave the batch sizes, so a neighbour's burst on a shared host
+    """`steps` measured decode steps at each batch size and context per round, each on a fresh engine
+    sharing `engine`'s model; the rounds interleave them, so a neighbour's burst on a shared host
     lands on one round of each, not on every step of one.
 
-    Every batch size is first run once unmeasured: the first steps after a model is built pay
-    one-time costs (page faults in the pool, kernel set-up per shape) that made the first batch
-    measured look ~15% slower than it runs, and a fit to it overpredicted every small batch.
-    `warm_up=False` skips that, for a caller that measures more rounds later on an already warm model."""
-    def probe(batch: int) -> Engine:
+    Every batch size is first run once unmeasured, at the shortest context: the first steps after a
+    model is built pay one-time costs (page faults in the pool, kernel set-up per batch shape) that
+    made the first batch measured look ~15% slower than it runs, and a fit to it overpredicted every
+    small batch. `warm_up=False` skips that, for a caller that measures more rounds later on an
+    already warm model."""
+    def probe(batch: int, context: int) -> Engine:
         return Engine(engine.config.with_(max_num_seqs=batch, max_num_batched_tokens=batch * context),
                       runner=engine.runner, clock=engine.clock)
 
     for batch in batches if warm_up else ():
-        decode_steps(probe(batch), batch, context, 2)
+        decode_steps(probe(batch, min(contexts)), batch, min(contexts), 2)
     samples = []
     for _ in range(rounds):
-        for batch in batches:
-            samples += [StepSample(batch, s.cost, s.step_time_s)
-                        for s in decode_steps(probe(batch), batch, context, steps)]
+        for context in contexts:
+            for batch in batches:
+                samples += [StepSample(batch, s.cost, s.step_time_s, context)
+                            for s in decode_steps(probe(batch, context), batch, context, steps)]
     return samples
 
 
-def batch_medians(samples: list[StepSample]) -> list[StepSample]:
-    """One sample per batch size, its median step: a neighbour's burst on a shared host skews a mean,
-    not a median."""
+def sweep_points(samples: list[StepSample]) -> list[tuple[int, int | None]]:
+    """Each (batch size, context) among the samples, in order."""
+    return sorted({(s.batch, s.context) for s in samples}, key=lambda point: (point[0], point[1] or 0))
+
+
+def sweep_medians(samples: list[StepSample]) -> list[StepSample]:
+    """One sample per (batch size, context), its median step: a neighbour's burst on a shared host
+    skews a mean, not a median."""
     out = []
-    for batch in sorted({s.batch for s in samples}):
-        mine = [s for s in samples if s.batch == batch]
-        out.append(StepSample(batch, median_cost([s.cost for s in mine]), statistics.median(s.seconds for s in mine)))
+    for batch, context in sweep_points(samples):
+        mine = [s for s in samples if (s.batch, s.context) == (batch, context)]
+        out.append(StepSample(batch, median_cost([s.cost for s in mine]), statistics.median(s.seconds for s in mine),
+                              context))
     return out
 
 

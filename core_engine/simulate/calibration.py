@@ -1,17 +1,23 @@
-"""The three constants that turn a step's FLOPs and bytes into seconds, and the file that holds them.
+"""The four constants that turn a step's FLOPs and bytes into seconds, and the file that holds them.
 
     matmul time    = max(weight FLOPs / (peak FLOP/s x compute_efficiency),
                          (bytes - KV bytes) / (peak B/s x memory_efficiency))
     attention time = max(attention FLOPs / (peak FLOP/s x compute_efficiency),
-                         KV bytes / (peak B/s x memory_efficiency))
+                         KV bytes / (peak B/s x attention_efficiency))
     step time      = matmul time + attention time + step_overhead_s
 
 (the GEMMs and attention are separate kernels, one after the other: core_engine.measure.roofline).
+The GEMMs stream their weights front to back; the attention kernels gather each row's KV blocks from
+the pool, so the bandwidth each reaches is its own constant.
 
-The defaults describe a GPU serving stack: decode kernels stream weights and KV at ~80% of HBM
-bandwidth, large bf16 GEMMs reach ~60% of the dense tensor-core peak, and a Python engine loop
-(scheduling, input building, sampling, launches) costs a few milliseconds per step.
-`batchtop calibrate -o FILE` fits all three to a measured decode sweep instead.
+The defaults describe a GPU serving stack: decode kernels stream weights at ~80% of HBM bandwidth,
+FlashAttention-class decode kernels stream KV near HBM bandwidth too (also 0.8), large bf16 GEMMs
+reach ~60% of the dense tensor-core peak, and a Python engine loop (scheduling, input building,
+sampling, launches) costs a few milliseconds per step.
+`batchtop calibrate -o FILE` fits all four to a measured decode sweep instead.
+
+A file written before attention_efficiency existed (same schema, three constants) still loads: its
+KV read was charged at its memory_efficiency, so that is its attention_efficiency.
 """
 
 from __future__ import annotations
@@ -27,13 +33,15 @@ from batchtop.core_engine.measure.device_peaks import DevicePeaks
 from batchtop.core_engine.session.text_files import NotText, parse_json, read_text_file
 
 CALIBRATION_SCHEMA = "batchtop.calibration/1"
-CONSTANTS = ("compute_efficiency", "memory_efficiency", "step_overhead_s")
+CONSTANTS = ("compute_efficiency", "memory_efficiency", "attention_efficiency", "step_overhead_s")
+ADDED = "attention_efficiency"  # absent from the files written before it: read as their memory_efficiency
 
 
 @dataclass(frozen=True, slots=True)
 class Calibration:
     compute_efficiency: float  # share of the peak FLOP/s its GEMMs and attention reach
-    memory_efficiency: float  # share of the peak bandwidth its weight and KV reads reach
+    memory_efficiency: float  # share of the peak bandwidth its GEMMs' weight and activation traffic reaches
+    attention_efficiency: float  # share of the peak bandwidth its attention kernels' KV traffic reaches
     step_overhead_s: float  # host time per step outside the device work
     source: str = "defaults"  # "defaults" or the file it was read from
     fitted_on: dict = field(default_factory=dict, compare=False)  # device, model, dtype of the fit
@@ -42,7 +50,8 @@ class Calibration:
         """The roofline time of a step's device work (its GEMMs, then its attention), at the reachable
         (not the peak) roofs."""
         return roofline.device_time(cost, peaks.peak_flops * self.compute_efficiency,
-                                    peaks.peak_bytes_per_s * self.memory_efficiency)
+                                    peaks.peak_bytes_per_s * self.memory_efficiency,
+                                    peaks.peak_bytes_per_s * self.attention_efficiency)
 
     def constants(self) -> dict:
         return {name: getattr(self, name) for name in CONSTANTS}
@@ -52,10 +61,11 @@ class Calibration:
 
     def describe(self) -> str:
         return (f"compute eff {self.compute_efficiency:.2f} · memory eff {self.memory_efficiency:.2f} · "
-                f"overhead {1e3 * self.step_overhead_s:.1f} ms ({self.source})")
+                f"attention eff {self.attention_efficiency:.2f} · overhead {1e3 * self.step_overhead_s:.1f} ms "
+                f"({self.source})")
 
 
-DEFAULT = Calibration(compute_efficiency=0.6, memory_efficiency=0.8, step_overhead_s=0.002)
+DEFAULT = Calibration(compute_efficiency=0.6, memory_efficiency=0.8, attention_efficiency=0.8, step_overhead_s=0.002)
 
 
 def load_calibration(path: str) -> Calibration:
@@ -80,6 +90,8 @@ def load_calibration(path: str) -> Calibration:
     values = {}
     for name in CONSTANTS:
         if name not in data:
+            if name == ADDED:
+                continue
             raise bad(f"{name} is missing")
         value = data[name]
         if not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(value):
@@ -87,5 +99,6 @@ def load_calibration(path: str) -> Calibration:
         if value <= 0:
             raise bad(f"{name} must be > 0, got {value!r}")
         values[name] = float(value)
+    values.setdefault(ADDED, values["memory_efficiency"])
     fitted_on = data.get("fitted_on")
     return Calibration(**values, source=path, fitted_on=fitted_on if isinstance(fitted_on, dict) else {})

@@ -1,5 +1,5 @@
-"""`batchtop calibrate`: fit the what-if model's three constants to steps measured on this device
-(a short decode sweep), or to the steps of a session recorded anywhere (--from-trace)."""
+"""`batchtop calibrate`: fit the what-if model's four constants to steps measured on this device
+(a short decode sweep at two contexts), or to the steps of a session recorded anywhere (--from-trace)."""
 
 from __future__ import annotations
 
@@ -19,36 +19,45 @@ from batchtop.core_engine.session.trace import read_trace
 from batchtop.core_engine.session.trace_schema import HeaderError, engine_header
 from batchtop.core_engine.simulate.calibration import CALIBRATION_SCHEMA
 from batchtop.core_engine.simulate.fit import Fit, fit_calibration, predict
-from batchtop.core_engine.measure.decode_sweep import StepSample, batch_medians, decode_sweep
+from batchtop.core_engine.measure.decode_sweep import StepSample, decode_sweep, sweep_medians, sweep_points
 from batchtop.tui.commands.headless import note
 from batchtop.tui.commands.options import bad_input_exits
 from batchtop.tui.commands.output import check_outputs, deliver_json
 
 
-def parse_batches(text: str) -> list[int]:
+def parse_lengths(option: str, text: str) -> list[int]:
+    """Comma-separated integers >= 1, distinct and sorted; a ConfigError naming `option` otherwise."""
     try:
-        batches = [int(b) for b in text.split(",")]
+        values = [int(v) for v in text.split(",")]
     except ValueError:
-        raise ConfigError("--batches", f"must be comma-separated integers, got {text!r}") from None
-    if any(b < 1 for b in batches) or len(set(batches)) < 2:
-        raise ConfigError("--batches", f"needs two or more distinct batch sizes >= 1 (three constants are "
-                                       f"fitted), got {text!r}")
-    return sorted(set(batches))
+        raise ConfigError(option, f"must be comma-separated integers, got {text!r}") from None
+    if any(v < 1 for v in values):
+        raise ConfigError(option, f"must all be >= 1, got {text!r}")
+    return sorted(set(values))
 
 
-def measured_sweep(opts: dict, batches: list[int]) -> tuple[list[StepSample], DevicePeaks, dict]:
-    steps, context = opts["steps"], opts["context"]
-    per_seq = cdiv(context + steps + 4, 16)  # the sweep's sequences never outgrow their pool
+def parse_batches(text: str) -> list[int]:
+    batches = parse_lengths("--batches", text)
+    if len(batches) < 2:
+        raise ConfigError("--batches", f"needs two or more distinct batch sizes >= 1 (the overhead and the "
+                                       f"per-row costs are fitted apart), got {text!r}")
+    return batches
+
+
+def measured_sweep(opts: dict, batches: list[int], contexts: list[int]) -> tuple[list[StepSample], DevicePeaks, dict]:
+    steps = opts["steps"]
+    per_seq = cdiv(max(contexts) + steps + 4, 16)  # the sweep's sequences never outgrow their pool
     config = resolve_config(model=opts["model"], device=opts["device"], dtype=opts["dtype"],
-                            max_num_seqs=max(batches), max_num_batched_tokens=max(batches) * context,
+                            max_num_seqs=max(batches), max_num_batched_tokens=max(batches) * max(contexts),
                             num_kv_blocks=max(batches) * per_seq, seed=opts["seed"])
     note(f"measuring decode steps of {config.model.name} ({config.dtype}) on {config.device} at batch "
-         f"{', '.join(map(str, batches))}, context {context}, {steps} steps each, {opts['rounds']} rounds")
+         f"{', '.join(map(str, batches))}, context {' and '.join(map(str, contexts))}, {steps} steps each, "
+         f"{opts['rounds']} rounds")
     engine = Engine(config)
     peaks = device_peaks(config.device, config.dtype)
-    samples = batch_medians(decode_sweep(engine, batches, context, steps, opts["rounds"]))
+    samples = sweep_medians(decode_sweep(engine, batches, contexts, steps, opts["rounds"]))
     return samples, peaks, {"device": peaks.device_name, "model": config.model.name, "dtype": config.dtype,
-                            "batches": batches, "context": context, "steps": steps, "rounds": opts["rounds"],
+                            "batches": batches, "contexts": contexts, "steps": steps, "rounds": opts["rounds"],
                             "torch": torch.__version__, "threads": torch.get_num_threads()}
 
 
@@ -71,16 +80,29 @@ def recorded_steps(path: str) -> tuple[list[StepSample], DevicePeaks, dict]:
 
 
 def fit_table(fit: Fit, samples: list[StepSample], peaks: DevicePeaks) -> Table:
-    table = Table(title=f"fitted: {fit.calibration.describe()}", title_justify="left")
-    for column in ("batch", "measured ms", "predicted ms", "error"):
+    table = Table()
+    for column in ("batch", "context", "measured ms", "predicted ms", "error"):
         table.add_column(column, justify="right")
-    for batch in sorted({s.batch for s in samples}):
-        mine = [s for s in samples if s.batch == batch]
+    for batch, context in sweep_points(samples):
+        mine = [s for s in samples if (s.batch, s.context) == (batch, context)]
         measured = statistics.median(s.seconds for s in mine)
         predicted = statistics.median(predict(fit.calibration, s, peaks) for s in mine)
-        table.add_row(str(batch), f"{1e3 * measured:.2f}", f"{1e3 * predicted:.2f}",
-                      f"{100 * (predicted / measured - 1):+.1f}%")
+        table.add_row(str(batch), "varied" if context is None else str(context), f"{1e3 * measured:.2f}",
+                      f"{1e3 * predicted:.2f}", f"{100 * (predicted / measured - 1):+.1f}%")
     return table
+
+
+def explain(fit: Fit) -> None:
+    """Say which efficiencies these steps could not pin down, and what was kept."""
+    cal = fit.calibration
+    for name in fit.held:
+        note(f"{name}: these steps' contexts are too alike to tell attention's KV read from the GEMMs' "
+             f"per-row work; kept {getattr(cal, name):.2f}, the default (a sweep at two contexts, as "
+             f"--context 128,512, fits it)")
+    for name, (lo, hi) in fit.ranges.items():
+        if hi / lo > 1.05:
+            note(f"{name}: any value in {lo:.2f}..{hi:.2f} fits these steps equally well (they never met "
+                 f"that roof); kept {getattr(cal, name):.2f}, the nearest to the default")
 
 
 def run_calibrate(opts: dict, output: str) -> None:
@@ -89,15 +111,15 @@ def run_calibrate(opts: dict, output: str) -> None:
         if opts["from_trace"] is not None:
             samples, peaks, fitted_on = recorded_steps(opts["from_trace"])
         else:
-            samples, peaks, fitted_on = measured_sweep(opts, parse_batches(opts["batches"]))
+            samples, peaks, fitted_on = measured_sweep(opts, parse_batches(opts["batches"]),
+                                                       parse_lengths("--context", opts["context"]))
     fit = fit_calibration(samples, peaks, source=output, fitted_on=fitted_on)
-    cal = fit.calibration
-    for name, (lo, hi) in fit.ranges.items():
-        if hi / lo > 1.05:
-            note(f"{name}: any value in {lo:.2f}..{hi:.2f} fits these steps equally well (they never met "
-                 f"that roof); kept {getattr(cal, name):.2f}, the nearest to the default")
-    doc = {"schema": CALIBRATION_SCHEMA, **cal.constants(), "fitted_on": {**fitted_on, "peaks": peaks.as_dict()},
-           "fit": fit.as_dict(), "samples": [s.as_dict() for s in samples]}
+    explain(fit)
+    doc = {"schema": CALIBRATION_SCHEMA, **fit.calibration.constants(),
+           "fitted_on": {**fitted_on, "peaks": peaks.as_dict()}, "fit": fit.as_dict(),
+           "samples": [s.as_dict() for s in samples]}
     if not deliver_json(doc, output):
         sys.exit(1)
-    Console(file=sys.stderr if output == "-" else sys.stdout).print(fit_table(fit, samples, peaks))
+    console = Console(file=sys.stderr if output == "-" else sys.stdout)
+    console.print(f"fitted: {fit.calibration.describe()}", soft_wrap=True, highlight=False)
+    console.print(fit_table(fit, samples, peaks))

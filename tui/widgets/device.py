@@ -74,5 +74,6 @@ class DevicePanel(Panel):
         memory = f"memory {sim.device.memory / GIB:.0f} GiB · " if sim.device.memory else ""
         text.append(f"{memory}KV pool {self.config.num_kv_blocks} blocks\n")
         text.append(f"eff compute {cal.compute_efficiency:.2f} · memory {cal.memory_efficiency:.2f}\n")
+        text.append(f"attention {cal.attention_efficiency:.2f} · ")
         text.append(f"+{1e3 * cal.step_overhead_s:.1f} ms/step ({cal.source})\n", self.style("muted"))
         text.append("no telemetry: no model runs", self.style("muted"))
