@@ -23,9 +23,11 @@ from tests.conftest import FakeClock, make_requests, tiny_config
 PEAKS = DevicePeaks("Test GPU", 1e12, 1e11, "datasheet:test")
 
 
-def staggered(n: int = 24) -> list[Request]:
-    """Arrivals spread over the run, so which step admits whom depends on the clock."""
-    return [Request(r.id, r.prompt_token_ids, r.max_tokens, arrival_s=0.004 * i)
+def staggered(n: int = 24, burst: int = 6) -> list[Request]:
+    """Arrivals spread over the run, so which step admits whom depends on the clock; the first `burst`
+    arrive together and outgrow the test's 24-block pool alone, so there are preemptions however fast
+    this machine runs the steps."""
+    return [Request(r.id, r.prompt_token_ids, r.max_tokens, arrival_s=0.004 * max(0, i - burst + 1))
             for i, r in enumerate(make_requests(n, seed=3, prompt=(4, 30), output=(4, 24)))]
 
 
