@@ -48,6 +48,16 @@ def test_a_prefill_chunk_counts_causal_keys():
     assert cost.attn_flops == 4 * 2 * 2 * keys
 
 
+def test_a_prefill_chunk_reads_its_keys_once_per_tile_of_queries_not_once_per_query():
+    """What a flash-attention kernel moves: the 4-token chunk reads its 7 keys once (and writes 4);
+    300 tokens from position 0 are tiles of 128, 128 and 44 queries reading 128, 256 and 300 keys."""
+    kv_row = 2 * 2 * 4  # K and V, kv_dim 2, fp32
+    assert step_cost(HAND, "float32", [Chunk(3, 4)], 1).kv_bytes == kv_row * (7 + 4)
+    long = step_cost(HAND, "float32", [Chunk(0, 300)], 1)
+    assert long.kv_bytes == kv_row * (128 + 256 + 300 + 300)
+    assert long.attn_flops == 4 * 2 * 2 * (300 * 301 // 2)  # the FLOPs still count every query's keys
+
+
 def decode_step(batch: int, context: int = 512):
     return step_cost(preset("cpu-demo"), "bfloat16", [Chunk(context, 1)] * batch, num_logit_rows=batch)
 

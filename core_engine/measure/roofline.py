@@ -12,11 +12,14 @@ nanoGPT's estimate_mfu):
                                                            this is why decode batching is nearly free
                                                            (P_layers counts biases and norms too; a
                                                            tied lm_head is still read once per step)
-  KV bytes       = L * 2 * kvh * hd * e * (sum of keys read per row + T written)
+  KV bytes       = L * 2 * kvh * hd * e * (keys read + T written)
   activation bytes = L * T * e * (sum over the 7 projections of in + out widths)
 
 A row that continues a prompt from position s with n tokens sees s+1 .. s+n keys (causal), so its
-keys total n*s + n(n+1)/2; a decode row at position p sees p+1.
+keys total n*s + n(n+1)/2 (the attention FLOPs); a decode row at position p sees p+1. The keys are
+read from memory once per tile of QUERY_TILE queries, not once per query: a FlashAttention-style
+kernel holds a tile of queries on chip while K and V stream past (and on a CPU a chunk's rows find
+them in cache), so a chunk of n <= 128 tokens reads its s+n keys once, and a decode row its p+1.
 
 Time of a step's device work, at roofs of F FLOP/s and B bytes/s: the GEMMs and attention are separate
 kernels that run one after the other (paged/flash attention sits between the projections, on a CPU
@@ -42,6 +45,9 @@ from batchtop.core_engine.device import DTYPES
 from batchtop.core_engine.engine.snapshot import StepCost
 
 
+QUERY_TILE = 128  # queries that share one read of the keys (FlashAttention-2's block of queries)
+
+
 @dataclass(frozen=True, slots=True)
 class Chunk:
     """A run of query tokens of one sequence: positions start .. start+num_tokens-1."""
@@ -53,6 +59,14 @@ class Chunk:
 
 def element_size(dtype: str) -> int:
     return DTYPES[dtype].itemsize
+
+
+def keys_read(chunk: Chunk) -> int:
+    """Keys the chunk reads from the cache: each tile of QUERY_TILE queries reads the keys its last query
+    sees. With t tiles and the first query seeing b+1 keys: t*b + QUERY_TILE*t(t-1)/2 + n."""
+    tiles = -(-chunk.num_tokens // QUERY_TILE)
+    before = chunk.start + chunk.keys_offset - 1  # keys the chunk's first query sees, less itself
+    return tiles * before + QUERY_TILE * tiles * (tiles - 1) // 2 + chunk.num_tokens
 
 
 def step_cost(model: ModelConfig, dtype: str, chunks: list[Chunk], num_logit_rows: int) -> StepCost:
@@ -67,7 +81,7 @@ def step_cost(model: ModelConfig, dtype: str, chunks: list[Chunk], num_logit_row
     attn_flops = layers * 4 * model.num_attention_heads * model.head_dim * keys
     weight_bytes = (model.layer_params() * layers + h * v + h) * e
     kv_row = 2 * model.kv_dim * e  # K and V of one token in one layer
-    kv_bytes = layers * kv_row * (keys + tokens)
+    kv_bytes = layers * kv_row * (sum(keys_read(c) for c in chunks) + tokens)
     q, kv, i = model.q_dim, model.kv_dim, model.intermediate_size
     proj_widths = (h + q) + 2 * (h + kv) + (q + h) + 2 * (h + i) + (i + h)
     act_bytes = layers * tokens * e * proj_widths
