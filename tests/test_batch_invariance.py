@@ -1,31 +1,39 @@
-"""A sequence's output must not depend on who shares its batch (fp32, greedy)."""
+"""A sequence's output must not depend on who shares its batch (fp32, and bf16 on batchtop's own
+CPU GEMMs; greedy)."""
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 from batchtop.core_engine.engine.engine import Engine
 from batchtop.core_engine.engine.request import Request
+from batchtop.core_engine.model.packed_linear import packing
 from tests.conftest import make_requests, run_all, tiny_config
 
 REQS = make_requests(8, seed=11, prompt=(3, 20), output=(8, 16))
 
 
-def solo_outputs(runner) -> dict[str, tuple[int, ...]]:
+def solo_outputs(runner, dtype: str = "float32") -> dict[str, tuple[int, ...]]:
     out = {}
     for r in REQS:
-        engine = Engine(tiny_config(max_num_seqs=1), runner=runner)
+        engine = Engine(tiny_config(max_num_seqs=1, dtype=dtype), runner=runner)
         got, _, _ = run_all(engine, [r])
         out.update(got)
     return out
 
 
-def test_greedy_tokens_are_identical_alone_batched_static_continuous_and_after_preemption():
-    base = Engine(tiny_config())
-    solo = solo_outputs(base.runner)
-    continuous, _, _ = run_all(Engine(tiny_config(max_num_seqs=8), runner=base.runner), REQS)
-    static, _, _ = run_all(Engine(tiny_config(mode="static", max_num_seqs=8), runner=base.runner), REQS)
-    tight_engine = Engine(tiny_config(max_num_seqs=8, num_kv_blocks=14))
+BF16_KERNEL = pytest.mark.skipif(packing(torch.device("cpu"), torch.bfloat16) != "batchtop",
+                                 reason="bf16 GEMMs on batchtop's CPU kernel need AVX512_BF16")
+
+
+@pytest.mark.parametrize("dtype", ["float32", pytest.param("bfloat16", marks=BF16_KERNEL)])
+def test_greedy_tokens_are_identical_alone_batched_static_continuous_and_after_preemption(dtype):
+    base = Engine(tiny_config(dtype=dtype))
+    solo = solo_outputs(base.runner, dtype)
+    continuous, _, _ = run_all(Engine(tiny_config(max_num_seqs=8, dtype=dtype), runner=base.runner), REQS)
+    static, _, _ = run_all(Engine(tiny_config(mode="static", max_num_seqs=8, dtype=dtype), runner=base.runner), REQS)
+    tight_engine = Engine(tiny_config(max_num_seqs=8, num_kv_blocks=14, dtype=dtype))
     preempted, _, _ = run_all(tight_engine, REQS)
     assert tight_engine.counters.preemptions > 0
     assert solo == continuous == static == preempted
