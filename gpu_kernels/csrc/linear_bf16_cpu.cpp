@@ -27,9 +27,10 @@ constexpr int MAX_ROWS = 6;     // rows per tile: 6 x 4 accumulators + 4 weight 
 constexpr int64_t PREFETCH = 16;
 
 #if defined(__AVX512BF16__)
+// R rows (x_stride apart, out_stride apart in out) times one group of `cols` columns.
 template <int R>
-void tile(const c10::BFloat16* const* x, const c10::BFloat16* w, int64_t pairs, const c10::BFloat16* bias,
-          c10::BFloat16* const* out, int64_t cols) {
+void tile(const c10::BFloat16* x, int64_t x_stride, const c10::BFloat16* w, int64_t pairs,
+          const c10::BFloat16* bias, c10::BFloat16* out, int64_t out_stride, int64_t cols) {
   __m512 acc[R][BLOCKS];
   for (int r = 0; r < R; ++r)
     for (int b = 0; b < BLOCKS; ++b) acc[r][b] = _mm512_setzero_ps();
@@ -40,7 +41,7 @@ void tile(const c10::BFloat16* const* x, const c10::BFloat16* w, int64_t pairs, 
     for (int b = 0; b < BLOCKS; ++b) wl[b] = (__m512bh)_mm512_loadu_si512(line + 64 * b);
     for (int r = 0; r < R; ++r) {
       int32_t pair;  // (x[2p], x[2p+1]) as one 32-bit lane
-      std::memcpy(&pair, x[r] + 2 * p, sizeof pair);
+      std::memcpy(&pair, x + r * x_stride + 2 * p, sizeof pair);
       const __m512bh xp = (__m512bh)_mm512_set1_epi32(pair);
       for (int b = 0; b < BLOCKS; ++b) acc[r][b] = _mm512_dpbf16_ps(acc[r][b], xp, wl[b]);
     }
@@ -52,32 +53,19 @@ void tile(const c10::BFloat16* const* x, const c10::BFloat16* w, int64_t pairs, 
     for (int r = 0; r < R; ++r) {
       const __m512 y = _mm512_add_ps(acc[r][b], add);
       if (c0 + 16 <= cols) {
-        store16(out[r] + c0, y);
+        store16(out + r * out_stride + c0, y);
       } else {
         alignas(64) c10::BFloat16 tmp[16];
         store16(tmp, y);
-        std::copy(tmp, tmp + (cols - c0), out[r] + c0);
+        std::copy(tmp, tmp + (cols - c0), out + r * out_stride + c0);
       }
     }
   }
 }
 
-template <int R>
-void rows_tile(const c10::BFloat16* x, int64_t x_stride, const c10::BFloat16* w, int64_t pairs,
-               const c10::BFloat16* bias, c10::BFloat16* out, int64_t out_stride, int64_t cols) {
-  const c10::BFloat16* xr[R];
-  c10::BFloat16* yr[R];
-  for (int r = 0; r < R; ++r) {
-    xr[r] = x + r * x_stride;
-    yr[r] = out + r * out_stride;
-  }
-  tile<R>(xr, w, pairs, bias, yr, cols);
-}
-
 using RowsTile = void (*)(const c10::BFloat16*, int64_t, const c10::BFloat16*, int64_t, const c10::BFloat16*,
                           c10::BFloat16*, int64_t, int64_t);
-constexpr RowsTile TILES[MAX_ROWS + 1] = {nullptr, rows_tile<1>, rows_tile<2>, rows_tile<3>,
-                                          rows_tile<4>, rows_tile<5>, rows_tile<6>};
+constexpr RowsTile TILES[MAX_ROWS + 1] = {nullptr, tile<1>, tile<2>, tile<3>, tile<4>, tile<5>, tile<6>};
 #endif
 
 at::Tensor pack_linear_bf16(const at::Tensor& weight) {
