@@ -46,7 +46,7 @@ def _load() -> bool:
             print("batchtop: building the CPU kernels (once per machine, under a minute)...", file=sys.stderr)
         cpp_extension.load(NAME, [str(s) for s in SOURCES], is_python_module=False,
                            extra_cflags=["-O3", "-march=native", "-fopenmp"], extra_ldflags=["-fopenmp"])
-        return all(hasattr(torch.ops.batchtop_cpu, op) for op in ("paged_attention", "rope", "sample"))
+        return all(hasattr(torch.ops.batchtop_cpu, op) for op in ("paged_attention", "rope", "sample", "linear_bf16"))
     except Exception as exc:  # no compiler, no ninja, an unsupported CPU: the reference still works
         _why.append(f"{type(exc).__name__}: {str(exc).strip().splitlines()[-1] if str(exc).strip() else ''}")
         return False

@@ -1,5 +1,6 @@
-"""The C++ CPU attention kernel reads the paged pool in place and matches the torch reference: decode
-rows over ragged contexts, and prompt rows (each its own context length) through row_tables."""
+"""batchtop's C++ CPU kernels against the torch code they replace: paged attention reads the pool in
+place (decode rows over ragged contexts, prompt rows through row_tables), the fused elementwise ops
+round as Hugging Face's do, the sampler draws the nucleus, and bad calls name what is wrong."""
 
 from __future__ import annotations
 
