@@ -14,7 +14,7 @@ from batchtop.core_engine.measure.device_peaks import DevicePeaks
 from batchtop.core_engine.measure.roofline import Chunk, step_cost
 from batchtop.core_engine.simulate.calibration import DEFAULT, Calibration, load_calibration
 from batchtop.core_engine.simulate.fit import fit_calibration, predict
-from batchtop.core_engine.measure.decode_sweep import StepSample, sweep_medians
+from batchtop.core_engine.measure.decode_sweep import StepSample, sweep_means
 
 PEAKS = DevicePeaks("Test GPU", 1e12, 1e11, "datasheet:test")  # ridge at 10 FLOP/B
 TRUE = Calibration(compute_efficiency=0.4, memory_efficiency=0.7, attention_efficiency=0.5, step_overhead_s=0.002)
@@ -100,16 +100,22 @@ def test_the_fit_of_a_few_hundred_steps_takes_well_under_a_second():
     assert fit.calibration.attention_efficiency == pytest.approx(0.6, rel=0.05)
 
 
-def test_sweep_medians_keep_one_step_per_batch_and_context_and_ignore_a_burst():
+def test_sweep_means_keep_one_step_per_batch_and_context_and_leave_a_burst_out():
     steps = [StepSample(4, StepCost(1.0, 2.0), t, 128) for t in (0.010, 0.011, 0.500, 0.010)] + [
         StepSample(4, StepCost(1.0, 3.0), 0.015, 512), StepSample(8, StepCost(2.0, 2.0), 0.02, 128)]
-    assert [(s.batch, s.context, s.seconds) for s in sweep_medians(steps)] == [
-        (4, 128, pytest.approx(0.0105)), (4, 512, 0.015), (8, 128, 0.02)]
+    assert [(s.batch, s.context, s.seconds) for s in sweep_means(steps)] == [
+        (4, 128, pytest.approx(0.031 / 3)), (4, 512, 0.015), (8, 128, 0.02)]
 
 
-def test_sweep_medians_keep_the_gemm_and_attention_work_apart():
+def test_sweep_means_stay_between_the_two_speeds_of_a_host_that_flips_between_them():
+    # 5 steps at 10 ms and 4 at 13: the median is the fast speed, the time they took averages 11.3 ms
+    steps = [StepSample(1, StepCost(1.0, 2.0), t, 128) for t in [0.010] * 5 + [0.013] * 4]
+    assert sweep_means(steps)[0].seconds == pytest.approx(0.102 / 9)
+
+
+def test_sweep_means_keep_the_gemm_and_attention_work_apart():
     steps = [StepSample(2, decode(2, context), 0.01, 100) for context in (100, 101, 102)]
-    assert sweep_medians(steps)[0].cost == decode(2, 101)  # the middle step's own figures, every field
+    assert sweep_means(steps)[0].cost == decode(2, 101)  # the mean step's figures, every field
 
 
 def write(tmp_path, content) -> str:

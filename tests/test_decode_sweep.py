@@ -1,5 +1,5 @@
 """The measured decode sweep: rounds interleave the batch sizes and contexts; the unmeasured warm-up can be
-skipped."""
+skipped; probes step between another engine's steps without touching its cache."""
 
 from __future__ import annotations
 
@@ -10,7 +10,9 @@ import pytest
 from batchtop.core_engine.engine.engine import Engine
 from batchtop.core_engine.engine.snapshot import StepCost
 from batchtop.core_engine.measure import decode_sweep as sweep
-from tests.conftest import tiny_config
+from tests.conftest import make_requests, run_all, tiny_config
+
+REQS = make_requests(6, seed=5, prompt=(3, 20), output=(8, 16))
 
 
 class Config:
@@ -63,3 +65,27 @@ def test_a_context_longer_than_the_vocabulary_is_measured_and_a_short_sweep_is_a
     assert len(snaps) == 3 and all(s.num_seqs == 2 for s in snaps)
     with pytest.raises(RuntimeError, match="2 sequences of 600 tokens decoded 0 steps together"):
         sweep.decode_steps(Engine(config.with_(num_kv_blocks=40)), 2, 600, 3)  # the pool holds one
+
+
+def test_probes_interleaved_with_a_run_measure_their_points_in_turn_and_leave_its_tokens_alone():
+    config = tiny_config(max_num_seqs=8)
+    alone, _, _ = run_all(Engine(config), REQS)
+    engine = Engine(config)
+    probes = sweep.DecodeProbes(engine, [1, 3], [8, 20], steps=40)
+    probes.start()
+    taken = []
+    outputs, snaps, _ = run_all(engine, REQS, check=lambda e, snap: taken.append(probes.step()))
+    assert outputs == alone  # each probe decodes in a KV pool of its own, on the same weights
+    assert [(s.batch, s.context) for s in taken[:4]] == [(1, 8), (3, 8), (1, 20), (3, 20)]
+    assert all(s.seconds > 0 and s.cost.flops > 0 for s in taken)
+    longer = [s for s in taken if (s.batch, s.context) == (3, 20)]
+    assert longer[1].cost.kv_bytes > longer[0].cost.kv_bytes  # each probe step reads one more token's keys
+    probes.start()  # back to the points' own contexts
+    assert probes.step().cost == taken[0].cost
+
+
+def test_a_probe_starts_over_from_its_own_context_after_its_steps():
+    probes = sweep.DecodeProbes(Engine(tiny_config()), [2], [8], steps=3)
+    taken = [probes.step() for _ in range(7)]  # started on the first step
+    assert [s.cost.kv_bytes for s in taken[:3]] == sorted({s.cost.kv_bytes for s in taken[:3]})
+    assert taken[3].cost == taken[6].cost == taken[0].cost

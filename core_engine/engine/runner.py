@@ -31,15 +31,22 @@ class PreparedBatch:
 
 
 class ModelRunner:
-    def __init__(self, config: EngineConfig, bucketed_decode: bool | None = None) -> None:
+    def __init__(self, config: EngineConfig, bucketed_decode: bool | None = None,
+                 model: torch.nn.Module | None = None) -> None:
         """bucketed_decode: run pure decode steps through DecodeGraphs (None: on CUDA with the Triton
-        kernel unless config.enforce_eager; True on a CPU runs the padded buckets eagerly, for tests)."""
+        kernel unless config.enforce_eager; True on a CPU runs the padded buckets eagerly, for tests).
+        model: another runner's model to share (a forward only reads its weights), so several engines
+        can hold their own KV pools at once on one copy of the weights; None builds or loads one."""
         self.config = config
         self.device = torch.device(config.device)
         self.dtype = DTYPES[config.dtype]
         m = config.model
-        self.model = (build_model(m, config.device, self.dtype, config.seed) if m.checkpoint is None
-                      else load_model(m, config.device, self.dtype))
+        if model is not None:
+            self.model = model
+        elif m.checkpoint is None:
+            self.model = build_model(m, config.device, self.dtype, config.seed)
+        else:
+            self.model = load_model(m, config.device, self.dtype)
         self.block_size = config.block_size
         # One physical block past the usable ones: static batching's padding rows and prompt padding
         # write their throw-away K/V there, so no sequence's real cache is ever overwritten.

@@ -19,7 +19,7 @@ from batchtop.core_engine.session.trace import read_trace
 from batchtop.core_engine.session.trace_schema import HeaderError, engine_header
 from batchtop.core_engine.simulate.calibration import CALIBRATION_SCHEMA
 from batchtop.core_engine.simulate.fit import Fit, fit_calibration, predict
-from batchtop.core_engine.measure.decode_sweep import StepSample, decode_sweep, sweep_medians, sweep_points
+from batchtop.core_engine.measure.decode_sweep import StepSample, decode_sweep, sweep_means, sweep_points
 from batchtop.tui.commands.headless import note
 from batchtop.tui.commands.options import bad_input_exits
 from batchtop.tui.commands.output import check_outputs, deliver_json
@@ -55,7 +55,7 @@ def measured_sweep(opts: dict, batches: list[int], contexts: list[int]) -> tuple
          f"{opts['rounds']} rounds")
     engine = Engine(config)
     peaks = device_peaks(config.device, config.dtype)
-    samples = sweep_medians(decode_sweep(engine, batches, contexts, steps, opts["rounds"]))
+    samples = sweep_means(decode_sweep(engine, batches, contexts, steps, opts["rounds"]))
     return samples, peaks, {"device": peaks.device_name, "model": config.model.name, "dtype": config.dtype,
                             "batches": batches, "contexts": contexts, "steps": steps, "rounds": opts["rounds"],
                             "torch": torch.__version__, "threads": torch.get_num_threads()}
