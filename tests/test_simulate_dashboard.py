@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import time
 
@@ -25,9 +26,9 @@ from tests.test_dashboard import WORKLOAD, status, step, wait_for
 H200 = simulated_device("h200")
 
 
-def make_app(requests: list[Request] = WORKLOAD, speed: float = 1.0) -> SimulatedApp:
+def make_app(requests: list[Request] = WORKLOAD, speed: float = 1.0, calibration=DEFAULT) -> SimulatedApp:
     config = tiny_config(max_num_seqs=4)
-    simulation = Simulation(H200, H200.peaks(config.dtype), DEFAULT)
+    simulation = Simulation(H200, H200.peaks(config.dtype), calibration)
     engine = simulation.engine(config)
     bridge = EngineBridge(engine, requests, start_paused=True, pace=WallPace(engine.clock, speed))
     return SimulatedApp(bridge, simulation, config=config, peaks=simulation.peaks)
@@ -47,6 +48,15 @@ async def test_the_status_line_and_every_modelled_panel_say_simulated_and_the_sp
                            ("less_than_sign", "1x"), ("less_than_sign", "0.5x")):
             await pilot.press(key)
             await wait_for(pilot, lambda: f"SIMULATED H200 · {label}" in status(app))
+
+
+async def test_the_device_panel_names_a_calibration_file_without_its_long_directory():
+    source = "/home/someone/experiments/2026-12-01/gpu-box-07/calibrations/h200-bf16.calibration.json"
+    app = make_app(calibration=dataclasses.replace(DEFAULT, source=source))
+    async with app.run_test(size=(140, 36)) as pilot:
+        await step(pilot, 1)
+        device = app.query_one(DevicePanel).render().plain
+        assert "ms/step (h200-bf16.calibration.json)" in device and "experiments" not in device
 
 
 async def test_an_hour_without_arrivals_passes_at_once_at_max_speed():

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 from rich.text import Text
 
 from batchtop.core_engine.config import EngineConfig
@@ -75,5 +77,7 @@ class DevicePanel(Panel):
         text.append(f"{memory}KV pool {self.config.num_kv_blocks} blocks\n")
         text.append(f"eff compute {cal.compute_efficiency:.2f} · memory {cal.memory_efficiency:.2f}\n")
         text.append(f"attention {cal.attention_efficiency:.2f} · ")
-        text.append(f"+{1e3 * cal.step_overhead_s:.1f} ms/step ({cal.source})\n", self.style("muted"))
+        # the file's name only: a panel this narrow would cut a full path off (the metrics JSON has it)
+        text.append(f"+{1e3 * cal.step_overhead_s:.1f} ms/step ({os.path.basename(cal.source)})\n",
+                    self.style("muted"))
         text.append("no telemetry: no model runs", self.style("muted"))
