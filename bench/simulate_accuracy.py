@@ -1,39 +1,42 @@
 """How far to trust what-if mode: the simulator's predictions against the real engine, side by side.
 
-    flock /tmp/bench.lock python bench/simulate_accuracy.py [--model cpu-demo] [--passes 4] [--json out.json]
+    flock /tmp/bench.lock python bench/simulate_accuracy.py [--model cpu-demo] [--passes 8] [--json out.json]
 
 The calibration is fitted as `batchtop calibrate` fits it, from decode steps at batch sizes {1, 8, 32}
-only, each at contexts 128 and 512 (8 steps per batch size and context per round, each one's median;
-the two contexts tell attention's KV read from the GEMMs' per-row work). On a shared host the
-machine's speed drifts by 10-20% from one minute to the next, so a fit measured a minute before the
-runs it is checked against mostly measures the drift. Here every calibration round is measured in the
-same minutes as the runs it predicts, interleaved with them:
+only, each at two contexts (from 128 and 512 tokens: the two tell attention's KV read from the GEMMs'
+per-row work), each point's mean step (steps over 3x its median, a neighbour's burst, left out). On a
+shared host the machine's speed drifts from one second to the next (a batch-1 step has taken 7.5 ms
+one minute and 12 ms the next, and calibration rounds taken 20 s apart disagreed by up to 75%), so a
+fit measured at other times than the steps it is checked against mostly measures the drift. Here
+every measured step is followed by one calibration step (the six points in turn, each on an engine
+and KV pool of its own sharing the model's weights: core_engine.measure.decode_sweep.DecodeProbes),
+so the calibration sees the same seconds of the host as the steps it predicts:
 
 1. Decode step time at every batch size 1..64 (the "staircase": one real engine decodes 64 sequences
-   whose lengths are staggered, so the batch shrinks 64 -> 1). calibration round, staircase pass,
-   calibration round, staircase pass, ..., calibration round. Each pass is predicted from a fit on
-   the two rounds either side of it, as each whole run is below (this host has run at two speeds
-   minutes apart, a batch-1 step at ~7.5 or ~12 ms, and a pass would otherwise be judged against
-   the other speed); each batch size's measured time is the median of its steps over every pass, its
-   predicted time the median of the model's times for the same steps (the FLOPs and bytes the
-   Roofline panel shows). The error of one fit on all the rounds is printed beside it.
+   whose lengths are staggered, so the batch shrinks 64 -> 1), several passes, each predicted from a
+   fit on the calibration steps taken between its own steps. Each batch size's measured time is its
+   mean step over every pass, bursts left out as in the calibration; its predicted time the mean of
+   the model's times for the same steps (the FLOPs and bytes the Roofline panel shows). Means, as the
+   calibration's: the host flips between speeds faster than a batch size lasts in one pass (~0.2 s),
+   so a median over a few passes lands on one speed or the other. The error of one fit on all the
+   calibration steps is printed beside it.
 2. Whole runs: a skewed workload (lognormal lengths, all arriving at once) through the real engine and
    through a simulated engine of the same config, in both modes; throughput, TTFT p50 and TPOT p50
-   compared. calibration block, real continuous, calibration block, real static, calibration block
-   (and again with --repeats 2); each real run is predicted from a fit on the two blocks either side
-   of it. The simulated runs schedule on their own (their clock is the model's), so this tests the
-   whole what-if path, not just the step-time formula.
+   compared. The real run's clock leaves out the time spent in the calibration steps between its own
+   (its requests all arrive at t=0, so no scheduling decision waits on the clock), and each run is
+   predicted from a fit on the calibration steps taken during it. The simulated runs schedule on their
+   own (their clock is the model's), so this tests the whole what-if path, not just the step time.
 The fit never sees a step of any batch size but 1, 8 and 32, nor any step of the runs it predicts
 (the staircase's contexts run from ~36 tokens at batch 64 to ~350 at batch 1).
-The target is every predicted figure within 10% of measured; each error is printed. So is how many
-measured steps took over 3x the model's time for them: the host busy elsewhere, no model's business
-(they are counted, never dropped).
+The target is every predicted figure within 10% of measured; each error is printed, and so is how
+many steps a burst on the host took.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import statistics
 import time
 from dataclasses import dataclass
@@ -41,7 +44,7 @@ from dataclasses import dataclass
 from batchtop.core_engine.engine.engine import Engine
 from batchtop.core_engine.engine.request import Request
 from batchtop.core_engine.engine.snapshot import StepCost
-from batchtop.core_engine.measure.decode_sweep import StepSample, decode_sweep, sweep_medians
+from batchtop.core_engine.measure.decode_sweep import BURST, DecodeProbes, StepSample, sweep_means, typical_seconds
 from batchtop.core_engine.measure.device_peaks import device_peaks
 from batchtop.core_engine.measure.metrics import MetricsCollector
 from batchtop.core_engine.resolve import resolve_config
@@ -53,7 +56,7 @@ from batchtop.core_engine.simulate.simulation import Simulation
 
 CALIBRATION_BATCHES = [1, 8, 32]
 CALIBRATION_CONTEXTS = [128, 512]  # `batchtop calibrate`'s defaults
-CALIBRATION_STEPS = 8
+PROBE_STEPS = 256  # a calibration point's steps before it starts over (its context grows a token a step)
 TARGET = 0.10
 STALL = 3.0  # a step this many times the model's time for it: the host was busy elsewhere (reported, kept)
 REGIONS = ((1, 8), (9, 16), (17, 32), (33, 48), (49, 64))
@@ -69,17 +72,25 @@ class Timed:
     context: float = 0.0  # the rows' mean tokens in the cache
     prefill: bool = False  # prompt tokens in the step (static batching's prompt padding included)
 
+    def as_dict(self) -> dict:
+        return {"num_seqs": self.num_seqs, "context": self.context, "prefill": self.prefill,
+                **{name: getattr(self.cost, name) for name in StepCost.__slots__}, "seconds": self.step_time_s}
 
-def staircase(engine: Engine, largest: int, steps_per_batch: int, prompt: int) -> list[Timed]:
-    """Real decode steps at every batch size from `largest` down to 1."""
+
+def staircase(engine: Engine, largest: int, steps_per_batch: int, prompt: int, between=None) -> list[Timed]:
+    """Real steps at every batch size from `largest` down to 1 (the prompts' first); `between()` runs
+    after each step."""
     engine.load_workload([Request(f"s{i}", tuple(range(1, prompt + 1)), 2 + steps_per_batch * (i + 1))
                           for i in range(largest)])
     steps = []
     while not engine.is_done():
         snap = engine.step()
-        if snap.is_step and snap.num_prefill_tokens == 0:
+        if snap.is_step:
             steps.append(Timed(snap.num_seqs, snap.cost, snap.step_time_s,
-                               statistics.mean(sl.num_computed for sl in snap.slots if sl.request_id is not None)))
+                               statistics.mean(sl.num_computed for sl in snap.slots if sl.request_id is not None),
+                               prefill=snap.num_prefill_tokens > 0))
+            if between is not None:
+                between()
     return steps
 
 
@@ -101,7 +112,7 @@ def stalls(snaps, cal, peaks) -> tuple[int, float]:
     return len(slow), sum(slow)
 
 
-def summarize(engine_run, snaps: list | None = None) -> dict:
+def summarize(engine_run, snaps: list | None = None, after=None) -> dict:
     collector = MetricsCollector()
 
     def observe(snap) -> None:
@@ -109,6 +120,8 @@ def summarize(engine_run, snaps: list | None = None) -> dict:
         if snaps is not None and snap.is_step:
             snaps.append(Timed(snap.num_seqs, snap.cost, snap.step_time_s,
                                prefill=bool(snap.num_prefill_tokens or snap.num_prompt_padding_tokens)))
+        if after is not None and snap.is_step:
+            after()
 
     result = engine_run(observe)
     if not result.complete:
@@ -118,38 +131,43 @@ def summarize(engine_run, snaps: list | None = None) -> dict:
             "TPOT p50 s": m["tpot_s"]["p50"]}
 
 
-class Calibrator:
-    """Calibration rounds on the bench's warm model, each kept apart so a fit can pick the ones
-    measured in the minutes it is meant to describe."""
+class Probed:
+    """The bench's calibration: decode steps at the calibration points, one after each measured step,
+    and fits to them. `clock` is perf_counter less the time spent in those steps, for a real run whose
+    latencies must be its own steps' and not the probes' between them."""
 
     def __init__(self, engine: Engine, peaks) -> None:
+        self.probes = DecodeProbes(engine, CALIBRATION_BATCHES, CALIBRATION_CONTEXTS, PROBE_STEPS)
         self.engine = engine
         self.peaks = peaks
-        self.rounds: list[list[StepSample]] = []
-        self.warm = False
+        self._excluded = 0.0
 
-    def round(self) -> list[StepSample]:
-        samples = decode_sweep(self.engine, CALIBRATION_BATCHES, CALIBRATION_CONTEXTS, CALIBRATION_STEPS,
-                               warm_up=not self.warm)
-        self.warm = True
-        self.rounds.append(samples)
-        return samples
+    def clock(self) -> float:
+        return time.perf_counter() - self._excluded
 
-    def fit(self, rounds: list[list[StepSample]]):
-        samples = [s for r in rounds for s in r]
+    def after(self, taken: list[StepSample]):
+        """What to run after each measured step: one probe step, kept in `taken`, its time off the clock."""
+        def probe(*_) -> None:
+            started = time.perf_counter()
+            taken.append(self.probes.step())
+            self._excluded += time.perf_counter() - started
+        return probe
+
+    def fit(self, samples: list[StepSample]):
         assert {s.batch for s in samples} == set(CALIBRATION_BATCHES)  # the fit sees these sizes only
-        return fit_calibration(sweep_medians(samples), self.peaks, source="bench",
+        return fit_calibration(sweep_means(samples), self.peaks, source="bench",
                                fitted_on={"device": self.peaks.device_name})
 
 
-def describe_fit(label: str, fit, rounds: list[list[StepSample]]) -> None:
+def describe_fit(label: str, fit, groups: list[list[StepSample]], unit: str) -> None:
+    """The fit, and each calibration point's typical step in each group of its steps: the drift it shares out."""
     print(f"{label}: {fit.calibration.describe()}; rms error on its own points {100 * fit.rms_relative_error:.1f}%")
-    for context in CALIBRATION_CONTEXTS:  # the drift the interleaving is there to share out
+    for context in CALIBRATION_CONTEXTS:
         for batch in CALIBRATION_BATCHES:
-            medians = [statistics.median(s.seconds for s in r if (s.batch, s.context) == (batch, context))
-                       for r in rounds]
-            print(f"  batch {batch:2d} context {context} round medians: " + " ".join(f"{1e3 * m:5.1f}" for m in medians)
-                  + f" ms (spread {100 * (max(medians) / min(medians) - 1):.0f}%)")
+            means = [typical_seconds([s.seconds for s in g if (s.batch, s.context) == (batch, context)])[0]
+                     for g in groups]
+            print(f"  batch {batch:2d} context {context} {unit} means: " + " ".join(f"{1e3 * m:5.1f}" for m in means)
+                  + f" ms (spread {100 * (max(means) / min(means) - 1):.0f}%)")
     for name in fit.held:
         print(f"  {name}: not identified by these steps, kept at the default")
     for name, (lo, hi) in fit.ranges.items():
@@ -157,99 +175,112 @@ def describe_fit(label: str, fit, rounds: list[list[StepSample]]) -> None:
             print(f"  {name}: any value in {lo:.2f}..{hi:.2f} fits equally well (that roof is never met)")
 
 
-def step_times(calibrator: Calibrator, sweep_config, args) -> dict:
-    engine = calibrator.engine
-    calibrator.round()  # warms the calibration shapes up, then measures the first round
-    staircase(Engine(sweep_config, runner=engine.runner), args.largest, 1, 32)  # every other shape, unmeasured
-    first = len(calibrator.rounds) - 1
-    passes = []
+def probed_passes(probed: Probed, sweep_config, args) -> tuple[list[list[Timed]], list[list[StepSample]]]:
+    """Staircase passes, each step followed by one calibration step: the steps measured and the
+    calibration steps taken right after each, index for index."""
+    runner = probed.engine.runner
+    # every shape once, unmeasured, with the calibration steps between them as in the passes (their
+    # prefills too), so the first pass meets nothing the others do not
+    staircase(Engine(sweep_config, runner=runner), args.largest, 1, 32, between=probed.after([]))
+    passes, taken = [], []
     for _ in range(args.passes):
-        calibrator.round()
-        passes.append(staircase(Engine(sweep_config, runner=engine.runner), args.largest, args.steps_per_batch, 32))
-    calibrator.round()
-    rounds = calibrator.rounds[first:]
-    fit = calibrator.fit(rounds)
-    cal, peaks = fit.calibration, calibrator.peaks
-    # each pass is also predicted from the two rounds either side of it alone, as the whole runs are:
-    # the host's speed drifts between minutes, and a pass measured in a slow minute against a fit that
-    # is mostly fast minutes measures the drift, not the model
-    bracketing = [calibrator.fit(rounds[i:i + 2]).calibration for i in range(len(passes))]
-    print(f"\n1. decode step time at batch 1..{args.largest}: {len(rounds)} calibration rounds interleaved with "
-          f"{args.passes} staircase passes ({args.steps_per_batch} steps per batch size each, the first after "
-          f"a change dropped)")
-    describe_fit("fit on those rounds", fit, rounds)
-    for i, c in enumerate(bracketing):
-        print(f"  pass {i + 1} from the rounds either side: {c.describe()}")
-    print("  each step predicted from the rounds either side of its pass (and, last column, from the fit on all)")
-    print("  batch  context  measured  predicted   error   (per-pass medians, ms)   fit on all")
-    rows = {}
+        taken.append([])
+        passes.append(staircase(Engine(sweep_config, runner=runner), args.largest, args.steps_per_batch, 32,
+                                between=probed.after(taken[-1])))
+    return passes, taken
+
+
+def step_times(probed: Probed, sweep_config, args) -> dict:
+    passes, taken_in = probed_passes(probed, sweep_config, args)
+    peaks = probed.peaks
+    fit = probed.fit([s for taken in taken_in for s in taken])
+    cal = fit.calibration
+    # each pass is predicted from the calibration steps taken between its own steps: the host's speed
+    # drifts from one pass to the next, and a fit on other seconds measures that drift
+    per_pass = [probed.fit(taken).calibration for taken in taken_in]
+    print(f"\n1. decode step time at batch 1..{args.largest}: {args.passes} staircase passes ({args.steps_per_batch} "
+          f"steps per batch size each, the first after a change dropped), every step followed by one calibration "
+          f"step (batch {CALIBRATION_BATCHES} x context {CALIBRATION_CONTEXTS} in turn, on the same weights)")
+    describe_fit("fit on every calibration step", fit, taken_in, "pass")
+    for i, c in enumerate(per_pass):
+        print(f"  pass {i + 1} from its own calibration steps: {c.describe()}")
+    print(f"  each batch size's mean step (steps over {BURST:g}x its median left out), each pass predicted from "
+          f"its own calibration steps (and, last column, from the fit on all of them)")
+    print("  batch  context  measured  predicted   error (95%)     (per-pass means, ms)   fit on all")
+    rows, bursts = {}, 0
     for batch in range(1, args.largest + 1):
-        per_pass = [[s for s in snaps if s.num_seqs == batch][1:] for snaps in passes]
-        mine = [s for p in per_pass for s in p]
-        measured = statistics.median(s.step_time_s for s in mine)
-        predicted = statistics.median(modelled(c, s, peaks) for c, p in zip(bracketing, per_pass) for s in p)
-        pooled = error(statistics.median(modelled(cal, s, peaks) for s in mine), measured)
-        context = statistics.median(s.context for s in mine)
+        mine = [[s for s in snaps if s.num_seqs == batch and not s.prefill][1:] for snaps in passes]
+        measured, kept = typical_seconds([s.step_time_s for p in mine for s in p])
+        bursts += kept.count(False)
+        pairs = [(c, s) for c, p in zip(per_pass, mine) for s in p]
+        predicted = statistics.mean(modelled(c, s, peaks) for (c, s), k in zip(pairs, kept) if k)
+        pooled = error(statistics.mean(modelled(cal, s, peaks) for (_, s), k in zip(pairs, kept) if k), measured)
         e = error(predicted, measured)
-        rows[batch] = {"measured_s": measured, "predicted_s": predicted, "error": e, "context": context,
-                       "error_fit_on_all": pooled,
-                       "pass_medians_s": [statistics.median(s.step_time_s for s in p) for p in per_pass]}
-        print(f"  {batch:5d}  {context:7.0f}  {1e3 * measured:6.1f} ms {1e3 * predicted:6.1f} ms  {100 * e:+6.1f}%  ("
-              + " ".join(f"{1e3 * m:5.1f}" for m in rows[batch]["pass_medians_s"]) + f")   {100 * pooled:+6.1f}%{flag(e)}")
+        # how sure the error itself is: the spread of the passes' own errors (each pass its own fit)
+        pass_errors = [error(statistics.mean(modelled(c, s, peaks) for s in p), statistics.mean(s.step_time_s for s in p))
+                       for c, p in zip(per_pass, mine)]
+        margin = 2 * statistics.stdev(pass_errors) / len(pass_errors) ** 0.5 if len(pass_errors) > 1 else math.inf
+        rows[batch] = {"measured_s": measured, "predicted_s": predicted, "error": e, "error_95": margin,
+                       "error_fit_on_all": pooled, "context": statistics.mean(s.context for _, s in pairs),
+                       "bursts_left_out": kept.count(False),
+                       "pass_means_s": [statistics.mean(s.step_time_s for s in p) for p in mine]}
+        print(f"  {batch:5d}  {rows[batch]['context']:7.0f}  {1e3 * measured:6.1f} ms {1e3 * predicted:6.1f} ms  "
+              f"{100 * e:+6.1f}% ±{100 * margin:4.1f}  (" + " ".join(f"{1e3 * m:5.1f}" for m in rows[batch]["pass_means_s"])
+              + f")   {100 * pooled:+6.1f}%{flag(e)}")
     within = sum(abs(r["error"]) <= TARGET for r in rows.values())
     within_pooled = sum(abs(r["error_fit_on_all"]) <= TARGET for r in rows.values())
     worst = max(rows, key=lambda b: abs(rows[b]["error"]))
+    misses = [b for b, r in rows.items() if abs(r["error"]) > TARGET]
+    unsure = [b for b in misses if abs(rows[b]["error"]) - rows[b]["error_95"] <= TARGET]
     print(f"  {within}/{len(rows)} batch sizes within 10%; worst: batch {worst} {100 * rows[worst]['error']:+.1f}% "
-          f"({within_pooled}/{len(rows)} from the fit on all rounds)")
+          f"({within_pooled}/{len(rows)} from the fit on every calibration step); of the {len(misses)} outside, "
+          f"{len(unsure)} within 10% at the edge of their own 95% interval (the passes disagree that much)")
     print("  mean error by region: " + ", ".join(
         f"{lo}-{hi} {100 * statistics.mean(rows[b]['error'] for b in range(lo, hi + 1) if b in rows):+.1f}%"
         for lo, hi in REGIONS if lo <= args.largest))
-    every = [s for snaps in passes for s in snaps]
-    n, seconds = stalls(every, cal, peaks)
-    print(f"  {n} of {len(every)} staircase steps took over {STALL:g}x the model's time ({seconds:.1f} s of "
-          f"{sum(s.step_time_s for s in every):.1f} s)")
-    return {"calibration": cal.constants(), "pass_calibrations": [c.constants() for c in bracketing],
+    print(f"  {bursts} staircase steps over {BURST:g}x their batch size's median left out (a neighbour's burst)")
+    return {"calibration": cal.constants(), "pass_calibrations": [c.constants() for c in per_pass],
             "rows": rows, "within": within, "within_fit_on_all": within_pooled, "count": len(rows),
-            "worst_batch": worst, "worst_error": rows[worst]["error"], "stalls": n, "stall_s": seconds}
+            "outside_but_within_their_95": unsure,
+            "worst_batch": worst, "worst_error": rows[worst]["error"], "stalls": bursts,
+            "staircase_steps": [[s.as_dict() for s in snaps] for snaps in passes],
+            "calibration_steps": [[s.as_dict() for s in taken] for taken in taken_in]}
 
 
-def whole_runs(calibrator: Calibrator, args) -> list:
+def whole_runs(probed: Probed, args) -> list:
     spec = WorkloadSpec(path="synthetic", num_requests=args.num_requests, prompt_mean=args.prompt_mean,
                         output_mean=args.output_mean, length_sigma=1.0)
     run_config = resolve_config(model=args.model, max_num_seqs=args.max_num_seqs)
     requests = load_workload(spec, run_config.model.vocab_size)
+    peaks = probed.peaks
     print(f"\n2. whole runs: {len(requests)} requests (lognormal: prompt mean {args.prompt_mean:g}, output mean "
           f"{args.output_mean:g}, sigma 1), all at t=0, max_num_seqs {args.max_num_seqs}; each predicted from "
-          f"the calibration blocks ({args.block_rounds} rounds) measured just before and just after it")
-
-    def block() -> list[list[StepSample]]:
-        return [calibrator.round() for _ in range(args.block_rounds)]
-
-    before = block()
+          f"the calibration steps taken between its own steps (off its clock)")
     out = []
     for repeat in range(args.repeats):
         for mode in ("continuous", "static"):
             config = run_config.with_(mode=mode)
-            started, snaps = time.perf_counter(), []
-            real = summarize(lambda observe: run_workload(Engine(config, runner=calibrator.engine.runner), requests,
-                                                          on_step=observe), snaps)
+            started, snaps, taken = time.perf_counter(), [], []
+            real = summarize(lambda observe: run_workload(
+                Engine(config, runner=probed.engine.runner, clock=probed.clock), requests, on_step=observe),
+                snaps, after=probed.after(taken))
             took = time.perf_counter() - started
-            after = block()
-            fit = calibrator.fit(before + after)
-            simulation = Simulation(simulated_device("cpu"), calibrator.peaks, fit.calibration)
+            fit = probed.fit(taken)
+            simulation = Simulation(simulated_device("cpu"), peaks, fit.calibration)
             sim = summarize(lambda observe: run_workload(simulation.engine(config), requests, on_step=observe))
-            n, seconds = stalls(snaps, fit.calibration, calibrator.peaks)
-            print(f"\n  {mode} run {repeat + 1} (real run {took:.0f} s; {n} of its {len(snaps)} steps took over "
-                  f"{STALL:g}x the model's time, {seconds:.1f} s)")
-            describe_fit("  fit on the blocks either side", fit, before + after)
+            n, seconds = stalls(snaps, fit.calibration, peaks)
+            print(f"\n  {mode} run {repeat + 1} ({took:.0f} s with its calibration steps; {n} of its {len(snaps)} "
+                  f"steps took over {STALL:g}x the model's time, {seconds:.1f} s)")
+            quarter = -(-len(taken) // 4)
+            describe_fit("  fit on its calibration steps", fit,
+                         [taken[i:i + quarter] for i in range(0, len(taken), quarter)], "quarter")
             for kind in (False, True):  # the real run's own steps, each beside the model's time for it
                 mine = [t for t in snaps if t.prefill == kind]
                 if not mine:
                     continue
                 measured = sum(t.step_time_s for t in mine)
-                predicted = sum(modelled(fit.calibration, t, calibrator.peaks) for t in mine)
-                median = statistics.median(error(modelled(fit.calibration, t, calibrator.peaks), t.step_time_s)
-                                           for t in mine)
+                predicted = sum(modelled(fit.calibration, t, peaks) for t in mine)
+                median = statistics.median(error(modelled(fit.calibration, t, peaks), t.step_time_s) for t in mine)
                 print(f"  its {len(mine)} {'prefill' if kind else 'decode'} steps: {measured:.1f} s measured, "
                       f"{predicted:.1f} s by the model ({100 * error(predicted, measured):+.1f}%; median step "
                       f"{100 * median:+.1f}%)")
@@ -260,8 +291,8 @@ def whole_runs(calibrator: Calibrator, args) -> list:
                 print(f"  {mode:>10} {key:<16} measured {real[key]:9.4g} simulated {sim[key]:9.4g} {100 * e:+6.1f}%"
                       f"{flag(e)}", flush=True)
             out.append({"mode": mode, "repeat": repeat + 1, "calibration": fit.calibration.constants(),
-                        "measured": real, "simulated": sim, "errors": errors, "stalls": n, "stall_s": seconds})
-            before = after
+                        "measured": real, "simulated": sim, "errors": errors, "stalls": n, "stall_s": seconds,
+                        "calibration_steps": [s.as_dict() for s in taken]})
     return out
 
 
@@ -269,14 +300,13 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", default="cpu-demo")
     ap.add_argument("--largest", type=int, default=64, help="decode batch sizes 1..this")
-    ap.add_argument("--passes", type=int, default=4, help="staircase passes, a calibration round before each")
+    ap.add_argument("--passes", type=int, default=8, help="staircase passes")
     ap.add_argument("--steps-per-batch", type=int, default=5, help="staircase steps at each batch size per pass")
     ap.add_argument("--num-requests", type=int, default=256)
     ap.add_argument("--prompt-mean", type=float, default=16)
     ap.add_argument("--output-mean", type=float, default=48)
     ap.add_argument("--max-num-seqs", type=int, default=16)
     ap.add_argument("--repeats", type=int, default=1, help="whole-run pairs (continuous, static)")
-    ap.add_argument("--block-rounds", type=int, default=2, help="calibration rounds between two whole runs")
     ap.add_argument("--json", help="write every figure and its error here")
     args = ap.parse_args()
     started = time.perf_counter()
@@ -286,28 +316,28 @@ def main() -> None:
     peaks = device_peaks(sweep_config.device, sweep_config.dtype)
     print(f"{sweep_config.model.name} ({sweep_config.dtype}) on {peaks.device_name}; roofs "
           f"{peaks.peak_flops / 1e9:.0f} GFLOP/s, {peaks.peak_bytes_per_s / 1e9:.1f} GB/s ({peaks.source}); "
-          f"calibrated on batch {CALIBRATION_BATCHES} only (contexts {CALIBRATION_CONTEXTS}, "
-          f"{CALIBRATION_STEPS} steps each per round)", flush=True)
-    calibrator = Calibrator(engine, peaks)
-    steps = step_times(calibrator, sweep_config, args)
-    runs = whole_runs(calibrator, args)
+          f"calibrated on batch {CALIBRATION_BATCHES} only (contexts from {CALIBRATION_CONTEXTS}, "
+          f"{PROBE_STEPS} steps each before it starts over)", flush=True)
+    probed = Probed(engine, peaks)
+    steps = step_times(probed, sweep_config, args)
+    runs = whole_runs(probed, args)
 
     figures = [abs(e) for r in runs for e in r["errors"].values()]
     print(f"\nsummary: decode step time {steps['within']}/{steps['count']} batch sizes within 10% (worst batch "
-          f"{steps['worst_batch']} {100 * steps['worst_error']:+.1f}%); whole runs "
+          f"{steps['worst_batch']} {100 * steps['worst_error']:+.1f}%; {len(steps['outside_but_within_their_95'])} "
+          f"of the misses within 10% at the edge of their 95% interval); whole runs "
           + "; ".join(f"{r['mode']} {r['repeat']} " + "/".join(f"{100 * e:+.1f}%" for e in r["errors"].values())
                       for r in runs)
           + f" (throughput/TTFT p50/TPOT p50); every figure within 10%: "
-          f"{'yes' if steps['within'] == steps['count'] and max(figures) <= TARGET else 'no'}; steps over "
-          f"{STALL:g}x the model's time (host busy elsewhere): staircase {steps['stalls']}, whole runs "
-          + ", ".join(str(r["stalls"]) for r in runs))
+          f"{'yes' if steps['within'] == steps['count'] and max(figures) <= TARGET else 'no'}; host busy "
+          f"elsewhere: {steps['stalls']} staircase steps over {BURST:g}x their batch size's median, whole runs' "
+          f"steps over {STALL:g}x the model's time " + ", ".join(str(r["stalls"]) for r in runs))
     elapsed = time.perf_counter() - started
     print(f"(bench ran {elapsed:.0f} s)")
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"device": peaks.device_name, "model": args.model, "dtype": sweep_config.dtype,
-                       "step_times": steps, "whole_runs": runs, "elapsed_s": elapsed,
-                       "calibration_rounds": [[s.as_dict() for s in r] for r in calibrator.rounds]}, f, indent=1)
+                       "step_times": steps, "whole_runs": runs, "elapsed_s": elapsed}, f, indent=1)
 
 
 if __name__ == "__main__":
