@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import pytest
 
 from batchtop.core_engine.measure import device_peaks as dp
@@ -9,6 +11,7 @@ from batchtop.core_engine.config import ModelConfig, preset
 from batchtop.core_engine.measure.device_peaks import DevicePeaks, datasheet_peaks
 from batchtop.core_engine.measure.roofline import Chunk, attention_time, device_time, marginal_sequence_cost, step_cost
 from batchtop.core_engine.simulate.calibration import Calibration
+from batchtop.tui.widgets.roofline import RooflinePanel
 
 HAND = ModelConfig("hand", vocab_size=10, hidden_size=4, intermediate_size=8, num_hidden_layers=1,
                    num_attention_heads=2, num_key_value_heads=1)
@@ -91,6 +94,19 @@ def test_the_one_more_sequence_verdict_is_the_what_if_time_of_one_more_row(batch
     now, more = (at_peaks.device_time(decode_step(b, context), peaks) for b in (batch, batch + 1))
     verdict = marginal_sequence_cost(decode_step(batch, context), batch, peaks.peak_flops, peaks.peak_bytes_per_s)
     assert verdict == pytest.approx(more / now - 1, rel=1e-9)
+
+
+def test_a_simulated_sessions_one_more_sequence_is_its_own_step_time_of_one_more_row():
+    peaks = DevicePeaks("cpu", 170e9, 22e9, "test")
+    cal = Calibration(compute_efficiency=2.2, memory_efficiency=4.0, attention_efficiency=0.6, step_overhead_s=0.007)
+    now, more = (cal.step_time(decode_step(b, 300), peaks) for b in (32, 33))
+    extra = cal.marginal_sequence_cost(decode_step(32, 300), 32, peaks)
+    assert extra == pytest.approx(more / now - 1, rel=1e-9)
+    at_peaks = marginal_sequence_cost(decode_step(32, 300), 32, peaks.peak_flops, peaks.peak_bytes_per_s)
+    frame = SimpleNamespace(last_decode=SimpleNamespace(cost=decode_step(32, 300), num_seqs=32))
+    assert RooflinePanel(peaks, calibration=cal).verdict(frame).endswith(f"+1 seq +{100 * extra:.0f}%")
+    assert RooflinePanel(peaks).verdict(frame).endswith(f"+1 seq +{100 * at_peaks:.0f}%")
+    assert round(100 * extra) != round(100 * at_peaks)  # the overhead and the fitted roofs change the answer
 
 
 def test_attention_reads_the_kv_at_its_own_roof_the_peak_unless_given():

@@ -108,7 +108,7 @@ class Dashboard(App[int]):
             yield KVBlocksPanel()
         with Horizontal(id="bottom"):
             yield WaitingPanel(self.arrivals)
-            yield RooflinePanel(self.peaks)
+            yield RooflinePanel(self.peaks, calibration=self.simulation.calibration if self.simulation else None)
             yield DevicePanel(self.config, self.peaks, live=self.LIVE, simulation=self.simulation)
         yield MetricsStrip(id="metrics")
         yield Footer()

@@ -53,6 +53,17 @@ class Calibration:
                                     peaks.peak_bytes_per_s * self.memory_efficiency,
                                     peaks.peak_bytes_per_s * self.attention_efficiency)
 
+    def step_time(self, cost: StepCost, peaks: DevicePeaks) -> float:
+        """What a what-if run says the step takes: its device work and the per-step overhead."""
+        return self.step_overhead_s + self.device_time(cost, peaks)
+
+    def marginal_sequence_cost(self, cost: StepCost, batch: int, peaks: DevicePeaks) -> float:
+        """The what-if step time's relative increase from one more sequence like the average one in
+        this batch (the Roofline panel's "+1 seq" in a simulated session)."""
+        if batch < 1 or cost.bytes <= 0:
+            return 0.0
+        return self.step_time(roofline.one_more_row(cost, batch), peaks) / self.step_time(cost, peaks) - 1.0
+
     def constants(self) -> dict:
         return {name: getattr(self, name) for name in CONSTANTS}
 

@@ -53,7 +53,7 @@ class Fit:
 
 
 def predict(calibration: Calibration, sample: StepSample, peaks: DevicePeaks) -> float:
-    return calibration.step_overhead_s + calibration.device_time(sample.cost, peaks)
+    return calibration.step_time(sample.cost, peaks)
 
 
 def _work(samples: list[StepSample]) -> tuple[np.ndarray, ...]:

@@ -13,6 +13,7 @@ from rich.text import Text
 
 from batchtop.core_engine.measure.device_peaks import DevicePeaks
 from batchtop.core_engine.measure.roofline import marginal_sequence_cost
+from batchtop.core_engine.simulate.calibration import Calibration
 from batchtop.tui.frame import DashboardFrame
 from batchtop.tui.widgets.panel import Panel, Runs
 
@@ -27,9 +28,13 @@ def si(value: float, unit: str) -> str:
 class RooflinePanel(Panel):
     MODELLED = True  # the achieved FLOP/s come from modelled step times
 
-    def __init__(self, peaks: DevicePeaks | None, *, id: str | None = "roofline") -> None:
+    def __init__(self, peaks: DevicePeaks | None, *, calibration: Calibration | None = None,
+                 id: str | None = "roofline") -> None:
+        """calibration: a what-if session's; its "+1 seq" is then the simulated step time of one more row
+        (overhead included, at the calibrated roofs), as the run itself would time it."""
         super().__init__(id=id)
         self.peaks = peaks
+        self.calibration = calibration
 
     def content_key(self, frame: DashboardFrame) -> object:
         return (frame.trail[-1:] if frame.trail else None), frame.last_decode
@@ -44,7 +49,10 @@ class RooflinePanel(Panel):
         snap, peaks = frame.last_decode, self.peaks
         if snap is None or peaks is None:
             return "no decode step yet"
-        extra = marginal_sequence_cost(snap.cost, snap.num_seqs, peaks.peak_flops, peaks.peak_bytes_per_s)
+        if self.calibration is not None:
+            extra = self.calibration.marginal_sequence_cost(snap.cost, snap.num_seqs, peaks)
+        else:
+            extra = marginal_sequence_cost(snap.cost, snap.num_seqs, peaks.peak_flops, peaks.peak_bytes_per_s)
         bound = "memory-bound" if snap.cost.intensity < peaks.ridge_flop_per_byte else "compute-bound"
         return f"decode x{snap.num_seqs}: {bound}, +1 seq +{100 * extra:.0f}%"
 
