@@ -19,7 +19,8 @@ from batchtop.core_engine.session.trace import read_trace
 from batchtop.core_engine.session.trace_schema import HeaderError, engine_header
 from batchtop.core_engine.simulate.calibration import CALIBRATION_SCHEMA
 from batchtop.core_engine.simulate.fit import Fit, fit_calibration, predict
-from batchtop.core_engine.measure.decode_sweep import StepSample, decode_sweep, sweep_means, sweep_points
+from batchtop.core_engine.measure.decode_sweep import (StepSample, decode_sweep, sweep_means, sweep_points,
+                                                        typical_seconds)
 from batchtop.tui.commands.headless import note
 from batchtop.tui.commands.options import bad_input_exits
 from batchtop.tui.commands.output import check_outputs, deliver_json
@@ -85,8 +86,8 @@ def fit_table(fit: Fit, samples: list[StepSample], peaks: DevicePeaks) -> Table:
         table.add_column(column, justify="right")
     for batch, context in sweep_points(samples):
         mine = [s for s in samples if (s.batch, s.context) == (batch, context)]
-        measured = statistics.median(s.seconds for s in mine)
-        predicted = statistics.median(predict(fit.calibration, s, peaks) for s in mine)
+        measured, kept = typical_seconds([s.seconds for s in mine])
+        predicted = statistics.mean(predict(fit.calibration, s, peaks) for s, k in zip(mine, kept) if k)
         table.add_row(str(batch), "varied" if context is None else str(context), f"{1e3 * measured:.2f}",
                       f"{1e3 * predicted:.2f}", f"{100 * (predicted / measured - 1):+.1f}%")
     return table
