@@ -1,61 +1,25 @@
-"""The measured decode sweep: rounds interleave the batch sizes and contexts; the unmeasured warm-up can be
-skipped; probes step between another engine's steps without touching its cache."""
+"""The measured decode sweep takes one step of each point in turn; probes step between another engine's
+steps without touching its cache."""
 
 from __future__ import annotations
-
-from types import SimpleNamespace
 
 import pytest
 
 from batchtop.core_engine.engine.engine import Engine
-from batchtop.core_engine.engine.snapshot import StepCost
 from batchtop.core_engine.measure import decode_sweep as sweep
 from tests.conftest import make_requests, run_all, tiny_config
 
 REQS = make_requests(6, seed=5, prompt=(3, 20), output=(8, 16))
 
 
-class Config:
-    def with_(self, **changes):
-        return changes
-
-
-def fake(monkeypatch) -> list:
-    calls = []
-
-    def decode_steps(engine, batch, context, steps):
-        calls.append((batch, context, steps))
-        return [SimpleNamespace(cost=StepCost(flops=batch, bytes=context), step_time_s=0.01 * batch)] * steps
-
-    monkeypatch.setattr(sweep, "decode_steps", decode_steps)
-    monkeypatch.setattr(sweep, "Engine", lambda config, **kwargs: config)
-    return calls
-
-
-ENGINE = SimpleNamespace(config=Config(), runner=None, clock=None)
-
-
-def test_every_batch_size_is_warmed_up_once_then_the_rounds_interleave(monkeypatch):
-    calls = fake(monkeypatch)
-    samples = sweep.decode_sweep(ENGINE, [1, 8], [128], 3, rounds=2)
-    assert calls == [(1, 128, 2), (8, 128, 2), (1, 128, 3), (8, 128, 3), (1, 128, 3), (8, 128, 3)]
-    assert [s.batch for s in samples] == [1] * 3 + [8] * 3 + [1] * 3 + [8] * 3
-    assert samples[3].seconds == 0.08 and samples[3].cost == StepCost(flops=8, bytes=128)
-
-
-def test_each_round_measures_every_batch_size_at_every_context_after_one_warm_up_at_the_shortest(monkeypatch):
-    calls = fake(monkeypatch)
-    samples = sweep.decode_sweep(ENGINE, [1, 8], [512, 128], 2, rounds=2)
-    assert calls[:2] == [(1, 128, 2), (8, 128, 2)]
-    assert calls[2:] == [(1, 512, 2), (8, 512, 2), (1, 128, 2), (8, 128, 2)] * 2
-    assert [(s.batch, s.context) for s in samples[:4]] == [(1, 512), (1, 512), (8, 512), (8, 512)]
-    assert samples[0].as_dict()["context"] == 512
-
-
-def test_a_round_on_an_already_warm_model_can_skip_the_warm_up(monkeypatch):
-    calls = fake(monkeypatch)
-    sweep.decode_sweep(ENGINE, [1, 8], [128], 3, warm_up=False)
-    assert calls == [(1, 128, 3), (8, 128, 3)]
+def test_a_sweep_takes_one_step_of_each_point_in_turn_and_each_round_starts_over_from_its_context():
+    samples = sweep.decode_sweep(Engine(tiny_config()), [1, 3], [20, 8], steps=2, rounds=2)
+    assert [(s.batch, s.context) for s in samples[:4]] == [(1, 20), (3, 20), (1, 8), (3, 8)]
+    assert len(samples) == 16 and all(s.seconds > 0 for s in samples)
+    for point in range(4):
+        mine = samples[point::4]  # its four steps: two in each round
+        assert mine[1].cost.kv_bytes > mine[0].cost.kv_bytes  # a round's steps read one more token each
+        assert [s.cost for s in mine[2:]] == [s.cost for s in mine[:2]]  # the second round, the same contexts
 
 
 def test_a_context_longer_than_the_vocabulary_is_measured_and_a_short_sweep_is_an_error():

@@ -131,7 +131,8 @@ def replay(trace: str, headless: bool, output: str | None, speed: float, theme: 
 @click.option("--steps", type=click.IntRange(min=2), default=8, show_default=True,
               help="Measured decode steps per batch size, context and round.")
 @click.option("--rounds", type=click.IntRange(1, 50), default=3, show_default=True,
-              help="Rounds over the batch sizes and contexts, interleaved; each one's mean step is fitted "
+              help="Rounds of --steps decode steps at every batch size and context, one step of each in turn "
+                   "(each point starts over from its context every round); each one's mean step is fitted "
                    "(steps over 3x its median, a neighbour's burst, left out).")
 @click.option("--seed", type=SEED, default=0, show_default=True)
 @click.option("--from-trace", type=str, default=None, metavar="TRACE",

@@ -53,30 +53,18 @@ def decode_steps(engine: Engine, batch: int, context: int, steps: int) -> list[S
     return snaps[1:steps + 1]
 
 
-def decode_sweep(engine: Engine, batches: list[int], contexts: list[int], steps: int, rounds: int = 1, *,
-                 warm_up: bool = True) -> list[StepSample]:
-    """`steps` measured decode steps at each batch size and context per round, each on a fresh engine
-    sharing `engine`'s model; the rounds interleave them, so a neighbour's burst on a shared host
-    lands on one round of each, not on every step of one.
+def decode_sweep(engine: Engine, batches: list[int], contexts: list[int], steps: int, rounds: int = 1) -> list[StepSample]:
+    """`steps` x `rounds` measured decode steps at each batch size and context, one step of each in turn,
+    each on an engine and KV pool of its own over `engine`'s weights (DecodeProbes); each point starts
+    over from its own context after every `steps` (a round), so the contexts stay where they were asked.
 
-    Every batch size is first run once unmeasured, at the shortest context: the first steps after a
-    model is built pay one-time costs (page faults in the pool, kernel set-up per batch shape) that
-    made the first batch measured look ~15% slower than it runs, and a fit to it overpredicted every
-    small batch. `warm_up=False` skips that, for a caller that measures more rounds later on an
-    already warm model."""
-    def probe(batch: int, context: int) -> Engine:
-        return Engine(engine.config.with_(max_num_seqs=batch, max_num_batched_tokens=batch * context),
-                      runner=engine.runner, clock=engine.clock)
-
-    for batch in batches if warm_up else ():
-        decode_steps(probe(batch, min(contexts)), batch, min(contexts), 2)
-    samples = []
-    for _ in range(rounds):
-        for context in contexts:
-            for batch in batches:
-                samples += [StepSample(batch, s.cost, s.step_time_s, context)
-                            for s in decode_steps(probe(batch, context), batch, context, steps)]
-    return samples
+    One step of each in turn, not each point's steps together: on a shared host whose speed drifts
+    from one second to the next, every point then meets the same seconds of it, and the fit the same
+    host at every batch size (measured a few seconds apart, batch 8's steps came out faster at 512
+    tokens of context than at 128, and the attention efficiency fitted to them at 1.5 instead of 0.5).
+    Every point is prefilled and decoded once, unmeasured, before the first measured step."""
+    probes = DecodeProbes(engine, batches, contexts, steps)
+    return [probes.step() for _ in range(steps * rounds * len(probes.points))]
 
 
 class DecodeProbes:

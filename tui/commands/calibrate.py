@@ -47,13 +47,13 @@ def parse_batches(text: str) -> list[int]:
 
 def measured_sweep(opts: dict, batches: list[int], contexts: list[int]) -> tuple[list[StepSample], DevicePeaks, dict]:
     steps = opts["steps"]
-    per_seq = cdiv(max(contexts) + steps + 4, 16)  # the sweep's sequences never outgrow their pool
+    # the model's holder: each point of the sweep decodes on a KV pool of its own (decode_sweep)
     config = resolve_config(model=opts["model"], device=opts["device"], dtype=opts["dtype"],
                             max_num_seqs=max(batches), max_num_batched_tokens=max(batches) * max(contexts),
-                            num_kv_blocks=max(batches) * per_seq, seed=opts["seed"])
+                            num_kv_blocks=cdiv(max(contexts) + steps + 4, 16), seed=opts["seed"])
     note(f"measuring decode steps of {config.model.name} ({config.dtype}) on {config.device} at batch "
-         f"{', '.join(map(str, batches))}, context {' and '.join(map(str, contexts))}, {steps} steps each, "
-         f"{opts['rounds']} rounds")
+         f"{', '.join(map(str, batches))}, context {' and '.join(map(str, contexts))}: {steps} steps each a "
+         f"round, {opts['rounds']} rounds, one step of each in turn")
     engine = Engine(config)
     peaks = device_peaks(config.device, config.dtype)
     samples = sweep_means(decode_sweep(engine, batches, contexts, steps, opts["rounds"]))
