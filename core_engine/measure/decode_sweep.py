@@ -1,9 +1,9 @@
 """A measured decode sweep: B same-length sequences decoding together on the real engine, for each B
 and each length.
 
-What `batchtop calibrate` fits its constants to, and what the decode benches time; DecodeProbes takes
-the same steps one at a time between another engine's, for a bench that checks a fit against steps
-measured in the same seconds.
+What `batchtop calibrate` fits its constants to, and what the decode benches time. The sweep takes one
+step of each point in turn (DecodeProbes), and a bench can take those steps between another engine's,
+to check a fit against steps measured in the same seconds.
 """
 
 from __future__ import annotations
