@@ -22,21 +22,26 @@ namespace {
 constexpr int64_t GROUP = 64;   // output columns per packed group
 constexpr int BLOCKS = 4;       // 16-lane blocks per group
 constexpr int MAX_ROWS = 6;     // rows per tile: 6 x 4 accumulators + 4 weight lines fit the 32 registers
-// Lines prefetched this many pairs (4 KiB) ahead, every line of them: prefetching only some of the lines
-// made the 1-row GEMV slower than none (20 vs 23-26 GB/s), all of them 27-28 GB/s.
+// Lines prefetched this many pairs (4 KiB) ahead, every line of them, by the tiles after a group's first:
+// prefetching only some of the lines made a 1-row GEMV slower than none (20 vs 23-26 GB/s), all of them
+// 27-28 GB/s. But the first tile streams the group from DRAM, where the hardware prefetcher does better
+// alone: over a step's GEMMs in turn, the first tile without it made decode steps 1-9% faster at 1-16
+// rows (the same at 32-64), and the 4-6-row tiles no slower than the 3-row one. The later tiles re-read
+// the group from L2, where the prefetch still pays.
 constexpr int64_t PREFETCH = 16;
 
 #if defined(__AVX512BF16__)
 // R rows (x_stride apart, out_stride apart in out) times one group of `cols` columns.
 template <int R>
 void tile(const c10::BFloat16* x, int64_t x_stride, const c10::BFloat16* w, int64_t pairs,
-          const c10::BFloat16* bias, c10::BFloat16* out, int64_t out_stride, int64_t cols) {
+          const c10::BFloat16* bias, c10::BFloat16* out, int64_t out_stride, int64_t cols, bool prefetch) {
   __m512 acc[R][BLOCKS];
   for (int r = 0; r < R; ++r)
     for (int b = 0; b < BLOCKS; ++b) acc[r][b] = _mm512_setzero_ps();
   const char* line = reinterpret_cast<const char*>(w);
   for (int64_t p = 0; p < pairs; ++p, line += 64 * BLOCKS) {
-    for (int b = 0; b < BLOCKS; ++b) _mm_prefetch(line + PREFETCH * 64 * BLOCKS + 64 * b, _MM_HINT_T0);
+    if (prefetch)
+      for (int b = 0; b < BLOCKS; ++b) _mm_prefetch(line + PREFETCH * 64 * BLOCKS + 64 * b, _MM_HINT_T0);
     __m512bh wl[BLOCKS];
     for (int b = 0; b < BLOCKS; ++b) wl[b] = (__m512bh)_mm512_loadu_si512(line + 64 * b);
     for (int r = 0; r < R; ++r) {
@@ -64,7 +69,7 @@ void tile(const c10::BFloat16* x, int64_t x_stride, const c10::BFloat16* w, int6
 }
 
 using RowsTile = void (*)(const c10::BFloat16*, int64_t, const c10::BFloat16*, int64_t, const c10::BFloat16*,
-                          c10::BFloat16*, int64_t, int64_t);
+                          c10::BFloat16*, int64_t, int64_t, bool);
 constexpr RowsTile TILES[MAX_ROWS + 1] = {nullptr, tile<1>, tile<2>, tile<3>, tile<4>, tile<5>, tile<6>};
 #endif
 
@@ -133,7 +138,7 @@ void linear_bf16(at::Tensor& out, const at::Tensor& x, const at::Tensor& packed,
       const c10::BFloat16* bg = b ? b + g * GROUP : nullptr;
       for (int64_t r = 0; r < rows; r += MAX_ROWS) {
         const int64_t take = std::min<int64_t>(MAX_ROWS, rows - r);
-        TILES[take](xp + r * xs, xs, wg, pairs, bg, yp + r * ys + g * GROUP, ys, cols);
+        TILES[take](xp + r * xs, xs, wg, pairs, bg, yp + r * ys + g * GROUP, ys, cols, r > 0);
       }
     }
   });
