@@ -38,6 +38,7 @@ is compute-bound, and charge nothing for a longer context.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from batchtop.core_engine.config import ModelConfig
@@ -128,7 +129,11 @@ def marginal_sequence_cost(cost: StepCost, batch: int, peak_flops: float, peak_b
     increase is the extra row's activations and KV read; once they are compute-bound, every extra row
     adds its FLOPs to them, and its KV read to attention.
     """
+    return one_more_row_increase(cost, batch, lambda c: device_time(c, peak_flops, peak_bytes_per_s))
+
+
+def one_more_row_increase(cost: StepCost, batch: int, time_of: Callable[[StepCost], float]) -> float:
+    """time_of(the step with one more row) / time_of(the step) - 1; 0 for an empty step."""
     if batch < 1 or cost.bytes <= 0:
         return 0.0
-    now = device_time(cost, peak_flops, peak_bytes_per_s)
-    return device_time(one_more_row(cost, batch), peak_flops, peak_bytes_per_s) / now - 1.0
+    return time_of(one_more_row(cost, batch)) / time_of(cost) - 1.0

@@ -60,9 +60,7 @@ class Calibration:
     def marginal_sequence_cost(self, cost: StepCost, batch: int, peaks: DevicePeaks) -> float:
         """The what-if step time's relative increase from one more sequence like the average one in
         this batch (the Roofline panel's "+1 seq" in a simulated session)."""
-        if batch < 1 or cost.bytes <= 0:
-            return 0.0
-        return self.step_time(roofline.one_more_row(cost, batch), peaks) / self.step_time(cost, peaks) - 1.0
+        return roofline.one_more_row_increase(cost, batch, lambda c: self.step_time(c, peaks))
 
     def constants(self) -> dict:
         return {name: getattr(self, name) for name in CONSTANTS}
