@@ -44,7 +44,8 @@ from dataclasses import dataclass
 from batchtop.core_engine.engine.engine import Engine
 from batchtop.core_engine.engine.request import Request
 from batchtop.core_engine.engine.snapshot import StepCost
-from batchtop.core_engine.measure.decode_sweep import BURST, DecodeProbes, StepSample, sweep_means, typical_seconds
+from batchtop.core_engine.measure.decode_sweep import (BURST, COST_FIELDS, DecodeProbes, StepSample, sweep_means,
+                                                      typical_seconds)
 from batchtop.core_engine.measure.device_peaks import device_peaks
 from batchtop.core_engine.measure.metrics import MetricsCollector
 from batchtop.core_engine.resolve import resolve_config
@@ -74,7 +75,7 @@ class Timed:
 
     def as_dict(self) -> dict:
         return {"num_seqs": self.num_seqs, "context": self.context, "prefill": self.prefill,
-                **{name: getattr(self.cost, name) for name in StepCost.__slots__}, "seconds": self.step_time_s}
+                **{name: getattr(self.cost, name) for name in COST_FIELDS}, "seconds": self.step_time_s}
 
 
 def staircase(engine: Engine, largest: int, steps_per_batch: int, prompt: int, between=None) -> list[Timed]:
@@ -147,7 +148,7 @@ class Probed:
 
     def after(self, taken: list[StepSample]):
         """What to run after each measured step: one probe step, kept in `taken`, its time off the clock."""
-        def probe(*_) -> None:
+        def probe() -> None:
             started = time.perf_counter()
             taken.append(self.probes.step())
             self._excluded += time.perf_counter() - started
@@ -217,15 +218,17 @@ def step_times(probed: Probed, sweep_config, args) -> dict:
         pooled = error(statistics.mean(modelled(cal, s, peaks) for (_, s), k in zip(pairs, kept) if k), measured)
         e = error(predicted, measured)
         # how sure the error itself is: the spread of the passes' own errors (each pass its own fit)
-        pass_errors = [error(statistics.mean(modelled(c, s, peaks) for s in p), statistics.mean(s.step_time_s for s in p))
-                       for c, p in zip(per_pass, mine)]
+        pass_means = [statistics.mean(s.step_time_s for s in p) for p in mine]
+        pass_errors = [error(statistics.mean(modelled(c, s, peaks) for s in p), m)
+                       for c, p, m in zip(per_pass, mine, pass_means)]
         margin = 2 * statistics.stdev(pass_errors) / len(pass_errors) ** 0.5 if len(pass_errors) > 1 else math.inf
         rows[batch] = {"measured_s": measured, "predicted_s": predicted, "error": e, "error_95": margin,
                        "error_fit_on_all": pooled, "context": statistics.mean(s.context for _, s in pairs),
                        "bursts_left_out": kept.count(False),
-                       "pass_means_s": [statistics.mean(s.step_time_s for s in p) for p in mine]}
+                       "pass_means_s": pass_means}
         print(f"  {batch:5d}  {rows[batch]['context']:7.0f}  {1e3 * measured:6.1f} ms {1e3 * predicted:6.1f} ms  "
-              f"{100 * e:+6.1f}% ±{100 * margin:4.1f}  (" + " ".join(f"{1e3 * m:5.1f}" for m in rows[batch]["pass_means_s"])
+              f"{100 * e:+6.1f}% ±{100 * margin:4.1f}  ("
+              + " ".join(f"{1e3 * m:5.1f}" for m in rows[batch]["pass_means_s"])
               + f")   {100 * pooled:+6.1f}%{flag(e)}")
     within = sum(abs(r["error"]) <= TARGET for r in rows.values())
     within_pooled = sum(abs(r["error_fit_on_all"]) <= TARGET for r in rows.values())

@@ -12,6 +12,7 @@ import statistics
 from dataclasses import dataclass
 
 from batchtop.core_engine.engine.engine import Engine
+from batchtop.core_engine.engine.kv_cache import cdiv
 from batchtop.core_engine.engine.request import Request
 from batchtop.core_engine.engine.runner import ModelRunner
 from batchtop.core_engine.engine.snapshot import StepCost, StepSnapshot
@@ -53,7 +54,8 @@ def decode_steps(engine: Engine, batch: int, context: int, steps: int) -> list[S
     return snaps[1:steps + 1]
 
 
-def decode_sweep(engine: Engine, batches: list[int], contexts: list[int], steps: int, rounds: int = 1) -> list[StepSample]:
+def decode_sweep(engine: Engine, batches: list[int], contexts: list[int], steps: int,
+                 rounds: int = 1) -> list[StepSample]:
     """`steps` x `rounds` measured decode steps at each batch size and context, one step of each in turn,
     each on an engine and KV pool of its own over `engine`'s weights (DecodeProbes); each point starts
     over from its own context after every `steps` (a round), so the contexts stay where they were asked.
@@ -85,9 +87,9 @@ class DecodeProbes:
         model, self._clock = engine.runner.model, engine.clock
         self._pools = []  # (config, runner) per point
         for batch, context in self.points:
-            tokens = batch * (context + steps + 4)
+            per_seq = cdiv(context + steps + 4, engine.config.block_size)  # its sequences never outgrow the pool
             config = engine.config.with_(max_num_seqs=batch, max_num_batched_tokens=batch * context,
-                                         num_kv_blocks=-(-tokens // engine.config.block_size) + batch)
+                                         num_kv_blocks=batch * per_seq)
             self._pools.append((config, ModelRunner(config, model=model)))
         self._engines: list[Engine] = []
         self._left: list[int] = []  # decode steps each point has before it starts over
