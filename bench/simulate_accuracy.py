@@ -169,11 +169,8 @@ def describe_fit(label: str, fit, groups: list[list[StepSample]], unit: str) -> 
                      for g in groups]
             print(f"  batch {batch:2d} context {context} {unit} means: " + " ".join(f"{1e3 * m:5.1f}" for m in means)
                   + f" ms (spread {100 * (max(means) / min(means) - 1):.0f}%)")
-    for name in fit.held:
-        print(f"  {name}: not identified by these steps, kept at the default")
-    for name, (lo, hi) in fit.ranges.items():
-        if hi / lo > 1.05:
-            print(f"  {name}: any value in {lo:.2f}..{hi:.2f} fits equally well (that roof is never met)")
+    for caveat in fit.caveats():
+        print(f"  {caveat}")
 
 
 def probed_passes(probed: Probed, sweep_config, args) -> tuple[list[list[Timed]], list[list[StepSample]]]:

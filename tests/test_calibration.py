@@ -55,6 +55,9 @@ def test_a_roof_the_steps_never_meet_is_reported_as_a_range_and_kept_near_the_de
     assert fit.calibration.compute_efficiency == pytest.approx(DEFAULT.compute_efficiency, rel=0.02)
     assert fit.calibration.memory_efficiency == pytest.approx(0.7, rel=0.02)
     assert fit.calibration.attention_efficiency == pytest.approx(0.5, rel=0.02)
+    caveats = fit.caveats()  # what calibrate and the accuracy bench print
+    assert len(caveats) == 1 and caveats[0].startswith(f"compute_efficiency: any value in {lo:.2f}..{hi:.2f}")
+    assert f"kept {fit.calibration.compute_efficiency:.2f}, the nearest to the default" in caveats[0]
 
 
 CPU_LIKE = DevicePeaks("cpu-like", 170e9, 22e9, "measured:test")  # this 2-core host's measured roofs
@@ -89,6 +92,7 @@ def test_a_sweep_at_one_context_holds_the_attention_efficiency_at_the_default():
     assert fit.calibration.attention_efficiency == DEFAULT.attention_efficiency
     assert fit.rms_relative_error < 0.005
     assert fit.as_dict()["held_at_default"] == ["attention_efficiency"]
+    assert fit.caveats()[0].startswith("attention_efficiency: these steps' contexts are too alike")
 
 
 def test_the_fit_of_a_few_hundred_steps_takes_well_under_a_second():

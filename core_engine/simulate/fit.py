@@ -46,6 +46,17 @@ class Fit:
     ranges: dict[str, tuple[float, float]]  # each fitted efficiency's span among equally good fits
     held: tuple[str, ...] = ()  # efficiencies these steps cannot identify, kept at the default
 
+    def caveats(self) -> list[str]:
+        """What these steps could not pin down, and what was kept: one sentence each."""
+        cal = self.calibration
+        out = [f"{name}: these steps' contexts are too alike to tell attention's KV read from the GEMMs' "
+               f"per-row work; kept {getattr(cal, name):.2f}, the default (a sweep at two contexts, as "
+               f"--context 128,512, fits it)" for name in self.held]
+        out += [f"{name}: any value in {lo:.2f}..{hi:.2f} fits these steps equally well (they never met "
+                f"that roof); kept {getattr(cal, name):.2f}, the nearest to the default"
+                for name, (lo, hi) in self.ranges.items() if hi / lo > 1.05]
+        return out
+
     def as_dict(self) -> dict:
         return {"rms_relative_error": self.rms_relative_error,
                 "equally_good_ranges": {k: list(v) for k, v in self.ranges.items()},

@@ -93,19 +93,6 @@ def fit_table(fit: Fit, samples: list[StepSample], peaks: DevicePeaks) -> Table:
     return table
 
 
-def explain(fit: Fit) -> None:
-    """Say which efficiencies these steps could not pin down, and what was kept."""
-    cal = fit.calibration
-    for name in fit.held:
-        note(f"{name}: these steps' contexts are too alike to tell attention's KV read from the GEMMs' "
-             f"per-row work; kept {getattr(cal, name):.2f}, the default (a sweep at two contexts, as "
-             f"--context 128,512, fits it)")
-    for name, (lo, hi) in fit.ranges.items():
-        if hi / lo > 1.05:
-            note(f"{name}: any value in {lo:.2f}..{hi:.2f} fits these steps equally well (they never met "
-                 f"that roof); kept {getattr(cal, name):.2f}, the nearest to the default")
-
-
 def run_calibrate(opts: dict, output: str) -> None:
     with bad_input_exits():
         check_outputs({"--output": output}, {"--from-trace": opts["from_trace"]})
@@ -115,7 +102,8 @@ def run_calibrate(opts: dict, output: str) -> None:
             samples, peaks, fitted_on = measured_sweep(opts, parse_batches(opts["batches"]),
                                                        parse_lengths("--context", opts["context"]))
     fit = fit_calibration(samples, peaks, source=output, fitted_on=fitted_on)
-    explain(fit)
+    for caveat in fit.caveats():  # what these steps could not pin down
+        note(caveat)
     doc = {"schema": CALIBRATION_SCHEMA, **fit.calibration.constants(),
            "fitted_on": {**fitted_on, "peaks": peaks.as_dict()}, "fit": fit.as_dict(),
            "samples": [s.as_dict() for s in samples]}
