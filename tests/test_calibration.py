@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import time
 
 import pytest
 
@@ -95,12 +94,10 @@ def test_a_sweep_at_one_context_holds_the_attention_efficiency_at_the_default():
     assert fit.caveats()[0].startswith("attention_efficiency: these steps' contexts are too alike")
 
 
-def test_the_fit_of_a_few_hundred_steps_takes_well_under_a_second():
+def test_a_few_hundred_steps_with_a_few_percent_of_noise_still_fit_the_attention_efficiency():
     steps = [StepSample(s.batch, s.cost, s.seconds * (1 + 0.01 * (i % 7 - 3)), s.context)
              for i, s in enumerate(sweep((128, 512)) * 50)]
-    started = time.perf_counter()
     fit = fit_calibration(steps, CPU_LIKE, source="t", fitted_on={})
-    assert time.perf_counter() - started < 0.5
     assert fit.calibration.attention_efficiency == pytest.approx(0.6, rel=0.05)
 
 
