@@ -22,6 +22,9 @@ class Batchtop(click.Group):
     def invoke(self, ctx: click.Context):
         if threading.current_thread() is threading.main_thread():
             signal.signal(signal.SIGTERM, raise_terminated)
+            # Python leaves SIGINT ignored when it starts so (a `cmd &` job of a script), though a run
+            # catches it anyway (session.stop): say the same before and after the run
+            signal.signal(signal.SIGINT, signal.default_int_handler)
         try:
             return super().invoke(ctx)
         except KeyboardInterrupt as exc:
