@@ -10,8 +10,11 @@ from batchtop.core_engine.measure import device_peaks as dp
 from batchtop.core_engine.config import ModelConfig, preset
 from batchtop.core_engine.measure.device_peaks import DevicePeaks, datasheet_peaks
 from batchtop.core_engine.measure.roofline import Chunk, attention_time, device_time, marginal_sequence_cost, step_cost
+from batchtop.core_engine.engine.engine import Engine
 from batchtop.core_engine.simulate.calibration import Calibration
+from batchtop.tui.frame import FrameBuilder
 from batchtop.tui.widgets.roofline import RooflinePanel
+from tests.conftest import make_requests, tiny_config
 
 HAND = ModelConfig("hand", vocab_size=10, hidden_size=4, intermediate_size=8, num_hidden_layers=1,
                    num_attention_heads=2, num_key_value_heads=1)
@@ -65,6 +68,11 @@ def decode_step(batch: int, context: int = 512):
     return step_cost(preset("cpu-demo"), "bfloat16", [Chunk(context, 1)] * batch, num_logit_rows=batch)
 
 
+def decode_frame(cost, rows: int) -> SimpleNamespace:
+    """A frame whose newest decode step is `rows` decode rows and nothing else."""
+    return SimpleNamespace(last_decode=SimpleNamespace(cost=cost, decode_cost=cost, num_decode_rows=rows))
+
+
 def test_gemm_intensity_grows_with_batch_but_attention_intensity_does_not():
     one, eight, sixty_four = decode_step(1), decode_step(8), decode_step(64)
     gemm = [c.weight_flops / c.weight_bytes for c in (one, eight, sixty_four)]
@@ -103,10 +111,25 @@ def test_a_simulated_sessions_one_more_sequence_is_its_own_step_time_of_one_more
     extra = cal.marginal_sequence_cost(decode_step(32, 300), 32, peaks)
     assert extra == pytest.approx(more / now - 1, rel=1e-9)
     at_peaks = marginal_sequence_cost(decode_step(32, 300), 32, peaks.peak_flops, peaks.peak_bytes_per_s)
-    frame = SimpleNamespace(last_decode=SimpleNamespace(cost=decode_step(32, 300), num_seqs=32))
-    assert RooflinePanel(peaks, calibration=cal).verdict(frame).endswith(f"+1 seq +{100 * extra:.0f}%")
-    assert RooflinePanel(peaks).verdict(frame).endswith(f"+1 seq +{100 * at_peaks:.0f}%")
+    frame = decode_frame(decode_step(32, 300), 32)
+    assert f"+1 seq +{100 * extra:.0f}%" in RooflinePanel(peaks, calibration=cal).verdict(frame)
+    assert f"+1 seq +{100 * at_peaks:.0f}%" in RooflinePanel(peaks).verdict(frame)
     assert round(100 * extra) != round(100 * at_peaks)  # the overhead and the fitted roofs change the answer
+
+
+@pytest.mark.parametrize("batch,context,peaks,verdict", [
+    (1, 512, DevicePeaks("cpu", 170e9, 22e9, "test"), "decode x1: memory-bound, +1 seq +"),
+    (32, 128, DevicePeaks("cpu", 170e9, 22e9, "test"), "decode x32: compute-bound, +1 seq +"),
+    (512, 1100, DevicePeaks("h200", 989e12, 4.8e12, "test"), "decode x512: memory-bound, +1 seq +"),
+])
+def test_the_verdict_names_a_kernel_whose_roof_differs_from_the_steps(batch, context, peaks, verdict):
+    # the step's intensity averages its GEMMs (past the ridge at 32 rows on a CPU, at 512 on an H200)
+    # and its attention (a few FLOP per KV byte at any batch)
+    frame = decode_frame(decode_step(batch, context), batch)
+    text = RooflinePanel(peaks).verdict(frame)
+    assert text.startswith(verdict)
+    odd = {(1, 512): "", (32, 128): " · attention memory-bound", (512, 1100): " · GEMMs compute-bound"}
+    assert text.endswith("%" + odd[batch, context])
 
 
 def test_attention_reads_the_kv_at_its_own_roof_the_peak_unless_given():
@@ -149,3 +172,25 @@ def test_cpu_peaks_are_measured_once_then_cached(tmp_path, monkeypatch):
     assert first.peak_flops > 1e8 and first.peak_bytes_per_s > 1e8
     assert second.source == first.source + " (cached)" and second.peak_flops == first.peak_flops
     assert len(list(tmp_path.glob("batchtop/peaks-*.json"))) == 1
+
+
+def test_while_every_step_carries_a_prompt_chunk_the_verdict_asks_about_its_decode_rows():
+    # a queue longer than the slots and a budget of 8 tokens: once the first requests decode, each step
+    # also prefills a chunk of the next prompt, so no step is decode alone
+    config = tiny_config(max_num_seqs=4, max_num_batched_tokens=8)
+    engine, builder = Engine(config), FrameBuilder()
+    for r in make_requests(8, seed=1, prompt=(20, 30), output=(8, 12)):
+        engine.add_request(r)
+    while True:
+        snap = engine.step()
+        builder.observe(snap)
+        if snap.num_prefill_tokens and snap.num_decode_rows:
+            break
+    frame, rows = builder.frame("running"), snap.num_decode_rows
+    assert frame.last_decode is snap
+    one_token_each = step_cost(config.model, config.dtype, [Chunk(1, 1)] * rows, num_logit_rows=rows)
+    assert snap.decode_cost.weight_flops == one_token_each.weight_flops < snap.cost.weight_flops
+    peaks = DevicePeaks("cpu", 170e9, 22e9, "test")
+    extra = marginal_sequence_cost(snap.decode_cost, rows, peaks.peak_flops, peaks.peak_bytes_per_s)
+    assert RooflinePanel(peaks).verdict(frame).startswith(f"decode x{rows} (mixed): ")
+    assert f"+1 seq +{100 * extra:.0f}%" in RooflinePanel(peaks).verdict(frame)

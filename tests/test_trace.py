@@ -11,6 +11,7 @@ from click.testing import CliRunner
 from batchtop.core_engine.config import config_from_dict
 from batchtop.core_engine.engine.engine import Engine
 from batchtop.core_engine.engine.request import Request
+from batchtop.core_engine.engine.snapshot import StepCost
 from batchtop.core_engine.session.driver import run_workload
 from batchtop.core_engine.session.script import ScriptAction, ScriptPlayer, load_script
 from batchtop.core_engine.session.session import Session
@@ -56,7 +57,7 @@ def test_a_headless_recording_replays_to_the_same_metrics(tmp_path, name):
 def test_re_feeding_a_traces_inputs_reproduces_every_scheduling_decision(tmp_path):
     trace = read_trace(record_headless(tmp_path, "run.jsonl")[0])
     engine = Engine(config_from_dict(trace.header["config"]))  # the same engine; prompts need only lengths
-    decisions = 0
+    decisions = mixed = 0
     for event, recorded in trace.snapshots():
         if event["type"] == "arrival":
             engine.add_request(Request(event["id"], (1,) * event["prompt_len"], event["max_tokens"]),
@@ -67,11 +68,13 @@ def test_re_feeding_a_traces_inputs_reproduces_every_scheduling_decision(tmp_pat
                 (recorded.admitted, recorded.preempted, recorded.block_owners), f"step {recorded.step}"
             assert [(s.index, s.phase, s.num_computed) for s in snap.slots] == \
                 [(s.index, s.phase, s.num_computed) for s in recorded.slots]
+            assert (snap.cost, snap.decode_cost) == (recorded.cost, recorded.decode_cost), f"step {recorded.step}"
+            mixed += snap.decode_cost not in (snap.cost, StepCost())
             decisions += 1
         else:
             assert event["type"] in ("finish", "end"), event  # no controls or rejections in this run
     assert decisions > 50 and engine.is_done()
-    assert engine.counters.preemptions > 0
+    assert engine.counters.preemptions > 0 and mixed > 0  # and steps with decode rows beside a prompt chunk
 
 
 def test_what_happens_after_the_last_step_replays_too(tmp_path):

@@ -59,7 +59,7 @@ class DashboardFrame:
     state: str = "paused"  # running | paused | finished | idle (a server out of work) | error | replay
     error: str | None = None
     caption: str | None = None  # scripted demos explain each stage here
-    last_decode: StepSnapshot | None = None  # the newest step without prefill: the roofline's verdict
+    last_decode: StepSnapshot | None = None  # the newest step with decode rows: the roofline's verdict
     texts: Mapping[int, RequestText] = field(default_factory=lambda: NO_TEXTS)  # by request index; empty without a tokenizer
 
 
@@ -92,7 +92,7 @@ class FrameBuilder:
         self.timeline.append(tuple((s.index, s.phase, state, s.num_prompt_padding > 0)
                                    for s, state in zip(snap.slots, snap.slot_states())))
         self.batch.append(float(snap.num_seqs))
-        if snap.num_prefill_tokens == 0:
+        if snap.decode_cost.bytes > 0:
             self.last_decode = snap
         if snap.forward_s > 0 and snap.cost.bytes > 0:  # device work over the forward's own time
             self.trail.append(RooflinePoint(snap.cost.intensity, snap.cost.flops / snap.forward_s,

@@ -16,6 +16,7 @@ from batchtop.core_engine.attach.histogram import Histogram
 from batchtop.core_engine.attach.window import Delta
 from batchtop.core_engine.config import ModelConfig
 from batchtop.core_engine.measure.device_peaks import DevicePeaks
+from batchtop.core_engine.measure import roofline
 from batchtop.core_engine.measure.roofline import Chunk, step_cost
 
 MFU_HINT = "vLLM fills estimated_flops/read_bytes only with --enable-mfu-metrics"
@@ -31,7 +32,7 @@ class RooflinePoint:
         return self.flops_per_s / peaks.roof(self.intensity)
 
     def bound(self, peaks: DevicePeaks) -> str:
-        return "memory-bound" if self.intensity < peaks.ridge_flop_per_byte else "compute-bound"
+        return roofline.bound(self.intensity, peaks.ridge_flop_per_byte)
 
     def as_dict(self, peaks: DevicePeaks | None) -> dict:
         out = {"intensity_flop_per_byte": self.intensity, "flops_per_s": self.flops_per_s, "source": self.source}

@@ -190,6 +190,7 @@ class Engine:
         # the runner decides which rows reach the lm_head (sampled rows, static padding rows)
         cost = step_cost(self.config.model, self.config.dtype, plan_chunks(plan),
                          num_logit_rows=len(batch.logits_rows))
+        decode_cost = decode_rows_cost(self.config, plan, cost)
         t_prep = self._clock()
         sampled = self.runner.run(batch)
         t_fwd = self._clock()
@@ -199,7 +200,7 @@ class Engine:
         t_end = self._clock()
         times = StepTimes(t_end - t_start, t_sched - t_start, t_prep - t_sched, t_fwd - t_prep)
         return self._publish(plan, finished, step=self.counters.steps, t=t_end - self._t0, times=times,
-                             cost=cost, occupants=occupants, num_prefill_tokens=num_prefill,
+                             cost=cost, decode_cost=decode_cost, occupants=occupants, num_prefill_tokens=num_prefill,
                              new_tokens=tuple((seq.id, token) for seq, token in sampled))
 
     def _postprocess(self, plan: SchedulerOutput, sampled: list[tuple[Sequence, int]]) -> list[FinishedRequest]:
@@ -257,6 +258,18 @@ def plan_chunks(plan: SchedulerOutput) -> list[Chunk]:
     chunks += [Chunk(seq.num_computed_tokens, 1, keys_offset=0) for seq in plan.padding]
     chunks += [Chunk(0, n) for _, n in plan.prompt_padding]
     return chunks
+
+
+def decode_rows_cost(config: EngineConfig, plan: SchedulerOutput, cost: StepCost) -> StepCost:
+    """The plan's decode rows (static batching's padding rows among them) as a step of their own, its
+    prompt chunks left out; `cost`, the whole plan's, when they are all it has."""
+    chunks = [Chunk(seq.num_computed_tokens, 1) for seq, _ in plan.scheduled if not seq.is_prefill]
+    chunks += [Chunk(seq.num_computed_tokens, 1, keys_offset=0) for seq in plan.padding]
+    if not chunks:
+        return StepCost()
+    if len(chunks) == len(plan.scheduled) + len(plan.padding) and not plan.num_prompt_padding:
+        return cost
+    return step_cost(config.model, config.dtype, chunks, num_logit_rows=len(chunks))  # each row is sampled
 
 
 def _finished_record(seq: Sequence) -> FinishedRequest:

@@ -147,6 +147,9 @@ class StepSnapshot:
     arrived: tuple[WaitingView, ...] = ()  # requests that joined the queue since the last snapshot
     controls: tuple[tuple[str, object], ...] = ()  # commands applied since the last snapshot
     cost: StepCost = StepCost()
+    # the step's decode rows alone (static padding rows among them), its prompt chunks left out: what the
+    # Roofline verdict asks of a decode batch when every step also carries a prompt chunk
+    decode_cost: StepCost = StepCost()
     num_prompt_padding_tokens: int = 0  # static batching: pad tokens left of the batch's shorter prompts
     new_tokens: tuple[tuple[str, int], ...] = ()  # (request id, token) sampled in this step: what a server streams
 
@@ -154,6 +157,10 @@ class StepSnapshot:
     def num_tokens(self) -> int:
         return (self.num_prefill_tokens + self.num_decode_tokens + self.num_padding_tokens
                 + self.num_prompt_padding_tokens)
+
+    @property
+    def num_decode_rows(self) -> int:
+        return self.num_decode_tokens + self.num_padding_tokens
 
     @property
     def num_blocks(self) -> int:

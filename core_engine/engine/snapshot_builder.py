@@ -56,7 +56,8 @@ def slot_occupants(running: list[Sequence], plan: SchedulerOutput | None) -> lis
 def build_snapshot(sched: Scheduler, allocator: BlockAllocator, counters: Counters, events: StepEvents,
                    plan: SchedulerOutput, finished: list[FinishedRequest], *, step: int, t: float,
                    times: StepTimes, cost: StepCost, occupants: list[Occupant], num_pending_arrivals: int,
-                   num_prefill_tokens: int = 0, new_tokens: tuple[tuple[str, int], ...] = ()) -> StepSnapshot:
+                   decode_cost: StepCost = StepCost(), num_prefill_tokens: int = 0,
+                   new_tokens: tuple[tuple[str, int], ...] = ()) -> StepSnapshot:
     by_slot = {slot: (seq, phase, pad) for slot, seq, phase, pad in occupants}
     num_slots = max(sched.num_slots(), max(by_slot, default=-1) + 1)
     slots = []
@@ -82,4 +83,4 @@ def build_snapshot(sched: Scheduler, allocator: BlockAllocator, counters: Counte
         num_pending_arrivals=num_pending_arrivals, finished=tuple(finished),
         admitted=tuple(s.id for s in plan.admitted), preempted=tuple(s.id for s in plan.preempted),
         rejected=events.rejected, arrived=events.arrived, controls=events.controls, counters=counters, cost=cost,
-        new_tokens=new_tokens)
+        decode_cost=decode_cost, new_tokens=new_tokens)

@@ -92,6 +92,19 @@ def step_cost(model: ModelConfig, dtype: str, chunks: list[Chunk], num_logit_row
                     weight_bytes=float(weight_bytes), kv_bytes=float(kv_bytes))
 
 
+def bound(intensity: float, ridge_flop_per_byte: float) -> str:
+    return "memory-bound" if intensity < ridge_flop_per_byte else "compute-bound"
+
+
+def kernel_bounds(cost: StepCost, ridge_flop_per_byte: float) -> dict[str, str]:
+    """The roof each of the step's kernels is under: its GEMMs (weight FLOPs against every byte but the
+    KV's) and its attention (against the KV read). The step's own intensity averages the two, so a
+    large decode batch can sit left of the ridge while its GEMMs are past it."""
+    gemm_bytes = cost.bytes - cost.kv_bytes
+    return {"GEMMs": bound(cost.weight_flops / gemm_bytes if gemm_bytes > 0 else 0.0, ridge_flop_per_byte),
+            "attention": bound(cost.attn_flops / cost.kv_bytes if cost.kv_bytes > 0 else 0.0, ridge_flop_per_byte)}
+
+
 def matmul_time(cost: StepCost, peak_flops: float, peak_bytes_per_s: float) -> float:
     """The GEMMs: every weight and activation byte, against the weight FLOPs."""
     return max(cost.weight_flops / peak_flops, (cost.bytes - cost.kv_bytes) / peak_bytes_per_s)

@@ -87,6 +87,8 @@ class SnapshotEncoder:
             "counters": [getattr(snap.counters, k) for k in COUNTER_FIELDS],
             "cost": [getattr(snap.cost, k) for k in COST_FIELDS],
         }
+        if snap.decode_cost != snap.cost and snap.decode_cost.bytes > 0:  # decode rows beside a prompt chunk
+            event["decode_cost"] = [getattr(snap.decode_cost, k) for k in COST_FIELDS]
         if snap.wait_reason is not None:
             r = snap.wait_reason
             event["wait"] = [r.kind.value, r.message, r.short]
@@ -153,18 +155,24 @@ class SnapshotDecoder:
             waiting.append(WaitingView(r.request_id, index, r.prompt_len, r.max_tokens, r.arrival_s, preemptions))
         step_time, schedule_s, prepare_s, forward_s = e["times"]
         prefill, decode, padding, num_seqs, *prompt_padding = e["tokens"]
+        prompt_padding = prompt_padding[0] if prompt_padding else 0
         wait = e.get("wait")
+        cost = StepCost(*e["cost"])
+        if "decode_cost" in e:
+            decode_cost = StepCost(*e["decode_cost"])
+        else:  # every row decodes, or none does (a file from before the field: a mixed step's is lost)
+            decode_cost = cost if decode + padding and not prefill and not prompt_padding else StepCost()
         pending, self._pending = self._pending, {"arrived": [], "rejected": [], "finished": [], "controls": []}
         return StepSnapshot(
             step=e["step"], t=e["run_t"], mode=e["mode"], max_num_seqs=e["max_num_seqs"],
             max_num_batched_tokens=e["max_num_batched_tokens"], step_time_s=step_time, schedule_s=schedule_s,
             prepare_s=prepare_s, forward_s=forward_s, num_prefill_tokens=prefill, num_decode_tokens=decode,
-            num_padding_tokens=padding, num_prompt_padding_tokens=prompt_padding[0] if prompt_padding else 0,
+            num_padding_tokens=padding, num_prompt_padding_tokens=prompt_padding,
             num_seqs=num_seqs, slots=tuple(slots), block_owners=self._owners,
             num_free_blocks=e["free_blocks"], waiting=tuple(waiting), num_waiting=e["num_waiting"],
             wait_reason=WaitReason(WaitKind(wait[0]), wait[1], wait[2]) if wait else None,
             num_pending_arrivals=e["pending"], finished=tuple(pending["finished"]),
             admitted=tuple(e["admitted"]), preempted=tuple(e["preempted"]), rejected=tuple(pending["rejected"]),
-            counters=Counters(*e["counters"]), cost=StepCost(*e["cost"]), arrived=tuple(pending["arrived"]),
+            counters=Counters(*e["counters"]), cost=cost, decode_cost=decode_cost, arrived=tuple(pending["arrived"]),
             controls=tuple(pending["controls"]))
 

@@ -114,7 +114,8 @@ STEP_FIELDS: dict[str, Check] = {
     "counters": list_of(_COUNT, lengths=(len(Counters.__slots__),)),
     "cost": list_of(_TIME, lengths=(len(StepCost.__slots__),)),
 }
-OPTIONAL_STEP_FIELDS: dict[str, Check] = {"wait": optional(_wait), "kv": _runs}
+OPTIONAL_STEP_FIELDS: dict[str, Check] = {"wait": optional(_wait), "kv": _runs,
+                                          "decode_cost": list_of(_TIME, lengths=(len(StepCost.__slots__),))}
 FINISH_TYPES: dict[str, Check] = {
     "request_id": text, "index": _COUNT, "prompt_len": _COUNT, "num_generated": _COUNT, "arrival_s": _TIME,
     "first_token_s": optional(_TIME), "finish_s": _TIME, "num_preemptions": _COUNT, "finish_reason": text,

@@ -8,6 +8,7 @@ from rich.console import Console
 from rich.table import Table
 
 from batchtop.core_engine.engine.engine import Engine
+from batchtop.core_engine.measure.roofline import bound
 from batchtop.tui.commands.headless import build_engine, exit_code, load_peaks, metrics_document, run_and_report
 from batchtop.tui.commands.options import EXIT_ENGINE_FAILURE, bad_input_exits, build_setup
 from batchtop.tui.commands.output import deliver_json
@@ -29,8 +30,7 @@ def _decode_point(m: dict) -> str:
     roof, decode = m["roofline"], m["roofline"]["decode"]
     if decode["intensity_mean"] is None:
         return "-"
-    bound = "memory" if decode["intensity_mean"] < roof["ridge_flop_per_byte"] else "compute"
-    return f"{decode['intensity_mean']:.1f} {bound}-bound"
+    return f"{decode['intensity_mean']:.1f} {bound(decode['intensity_mean'], roof['ridge_flop_per_byte'])}"
 
 
 def speedup_of(static: dict, continuous: dict) -> tuple[float | None, str]:

@@ -12,7 +12,7 @@ import math
 from rich.text import Text
 
 from batchtop.core_engine.measure.device_peaks import DevicePeaks
-from batchtop.core_engine.measure.roofline import marginal_sequence_cost
+from batchtop.core_engine.measure.roofline import bound, kernel_bounds, marginal_sequence_cost
 from batchtop.core_engine.simulate.calibration import Calibration
 from batchtop.tui.frame import DashboardFrame
 from batchtop.tui.widgets.panel import Panel, Runs
@@ -45,16 +45,22 @@ class RooflinePanel(Panel):
             self.border_subtitle = f"● decode ▲ prefill · ridge {self.peaks.ridge_flop_per_byte:.1f} FLOP/B"
 
     def verdict(self, frame: DashboardFrame) -> str:
-        """The teaching text's claim, for the newest decode step: is one more sequence nearly free?"""
+        """The teaching text's claim, for the newest step's decode rows: is one more sequence nearly free?
+        A step that also carries a prompt chunk (most of them, while a queue waits) is asked about its
+        decode rows as a step of their own ("mixed")."""
         snap, peaks = frame.last_decode, self.peaks
         if snap is None or peaks is None:
             return "no decode step yet"
+        cost, rows = snap.decode_cost, snap.num_decode_rows
         if self.calibration is not None:
-            extra = self.calibration.marginal_sequence_cost(snap.cost, snap.num_seqs, peaks)
+            extra = self.calibration.marginal_sequence_cost(cost, rows, peaks)
         else:
-            extra = marginal_sequence_cost(snap.cost, snap.num_seqs, peaks.peak_flops, peaks.peak_bytes_per_s)
-        bound = "memory-bound" if snap.cost.intensity < peaks.ridge_flop_per_byte else "compute-bound"
-        return f"decode x{snap.num_seqs}: {bound}, +1 seq +{100 * extra:.0f}%"
+            extra = marginal_sequence_cost(cost, rows, peaks.peak_flops, peaks.peak_bytes_per_s)
+        step = bound(cost.intensity, peaks.ridge_flop_per_byte)
+        mixed = " (mixed)" if cost != snap.cost else ""
+        text = f"decode x{rows}{mixed}: {step}, +1 seq +{100 * extra:.0f}%"
+        odd = [f"{kernel} {b}" for kernel, b in kernel_bounds(cost, peaks.ridge_flop_per_byte).items() if b != step]
+        return text + "".join(f" · {o}" for o in odd)  # last: a narrow panel cuts it first
 
     def render(self) -> Text:
         frame, peaks = self.frame, self.peaks
