@@ -194,3 +194,12 @@ def test_while_every_step_carries_a_prompt_chunk_the_verdict_asks_about_its_deco
     extra = marginal_sequence_cost(snap.decode_cost, rows, peaks.peak_flops, peaks.peak_bytes_per_s)
     assert RooflinePanel(peaks).verdict(frame).startswith(f"decode x{rows} (mixed): ")
     assert f"+1 seq +{100 * extra:.0f}%" in RooflinePanel(peaks).verdict(frame)
+
+
+def test_a_steps_attention_work_and_kv_traffic_are_the_sums_of_its_rows_and_chunks():
+    model = preset("cpu-demo")
+    chunks = [Chunk(300, 1), Chunk(7, 1, keys_offset=0), Chunk(0, 200), Chunk(130, 129), Chunk(5, 1)]
+    whole = step_cost(model, "bfloat16", chunks, num_logit_rows=4)
+    alone = [step_cost(model, "bfloat16", [c], num_logit_rows=1) for c in chunks]
+    assert whole.attn_flops == sum(a.attn_flops for a in alone)
+    assert whole.kv_bytes == sum(a.kv_bytes for a in alone)

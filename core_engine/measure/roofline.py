@@ -74,15 +74,20 @@ def step_cost(model: ModelConfig, dtype: str, chunks: list[Chunk], num_logit_row
     e = element_size(dtype)
     h, v, layers = model.hidden_size, model.vocab_size, model.num_hidden_layers
     layer_weights = model.layer_matmul_params()  # norms and biases are vectors, not GEMMs
-    tokens = sum(c.num_tokens for c in chunks)
-    keys = sum(c.num_tokens * (c.start + c.keys_offset) + c.num_tokens * (c.num_tokens - 1) // 2
-               for c in chunks)
+    tokens = keys = read = 0
+    for c in chunks:  # one pass: a simulated step at 512 rows spends its time here
+        seen = c.start + c.keys_offset  # keys the chunk's first query sees
+        if c.num_tokens == 1:  # a decode row: it sees and reads its keys once
+            tokens, keys, read = tokens + 1, keys + seen, read + seen
+        else:
+            n = c.num_tokens
+            tokens, keys, read = tokens + n, keys + n * seen + n * (n - 1) // 2, read + keys_read(c)
 
     weight_flops = 2 * layer_weights * layers * tokens + 2 * h * v * num_logit_rows
     attn_flops = layers * 4 * model.num_attention_heads * model.head_dim * keys
     weight_bytes = (model.layer_params() * layers + h * v + h) * e
     kv_row = 2 * model.kv_dim * e  # K and V of one token in one layer
-    kv_bytes = layers * kv_row * (sum(keys_read(c) for c in chunks) + tokens)
+    kv_bytes = layers * kv_row * (read + tokens)
     q, kv, i = model.q_dim, model.kv_dim, model.intermediate_size
     proj_widths = (h + q) + 2 * (h + kv) + (q + h) + 2 * (h + i) + (i + h)
     act_bytes = layers * tokens * e * proj_widths
