@@ -70,7 +70,8 @@ def decode_step(batch: int, context: int = 512):
 
 def decode_frame(cost, rows: int) -> SimpleNamespace:
     """A frame whose newest decode step is `rows` decode rows and nothing else."""
-    return SimpleNamespace(last_decode=SimpleNamespace(cost=cost, decode_cost=cost, num_decode_rows=rows))
+    return SimpleNamespace(last_decode=SimpleNamespace(cost=cost, decode_cost=cost, num_decode_rows=rows,
+                                                       num_prefill_tokens=0))
 
 
 def test_gemm_intensity_grows_with_batch_but_attention_intensity_does_not():

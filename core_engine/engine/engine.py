@@ -190,12 +190,12 @@ class Engine:
         # the runner decides which rows reach the lm_head (sampled rows, static padding rows)
         cost = step_cost(self.config.model, self.config.dtype, plan_chunks(plan),
                          num_logit_rows=len(batch.logits_rows))
-        decode_cost = decode_rows_cost(self.config, plan, cost)
+        num_prefill = sum(n for seq, n in plan.scheduled if seq.is_prefill)
+        decode_cost = decode_rows_cost(self.config, plan) if num_prefill else cost
         t_prep = self._clock()
         sampled = self.runner.run(batch)
         t_fwd = self._clock()
         occupants = slot_occupants(self.scheduler.running, plan)
-        num_prefill = sum(n for seq, n in plan.scheduled if seq.is_prefill)
         finished = self._postprocess(plan, sampled)
         t_end = self._clock()
         times = StepTimes(t_end - t_start, t_sched - t_start, t_prep - t_sched, t_fwd - t_prep)
@@ -260,15 +260,13 @@ def plan_chunks(plan: SchedulerOutput) -> list[Chunk]:
     return chunks
 
 
-def decode_rows_cost(config: EngineConfig, plan: SchedulerOutput, cost: StepCost) -> StepCost:
-    """The plan's decode rows (static batching's padding rows among them) as a step of their own, its
-    prompt chunks left out; `cost`, the whole plan's, when they are all it has."""
+def decode_rows_cost(config: EngineConfig, plan: SchedulerOutput) -> StepCost:
+    """The decode rows of a plan that also prefills (static batching's padding rows among them) as a step
+    of their own, its prompt chunks left out; nothing when every row prefills."""
     chunks = [Chunk(seq.num_computed_tokens, 1) for seq, _ in plan.scheduled if not seq.is_prefill]
     chunks += [Chunk(seq.num_computed_tokens, 1, keys_offset=0) for seq in plan.padding]
     if not chunks:
         return StepCost()
-    if len(chunks) == len(plan.scheduled) + len(plan.padding) and not plan.num_prompt_padding:
-        return cost
     return step_cost(config.model, config.dtype, chunks, num_logit_rows=len(chunks))  # each row is sampled
 
 

@@ -87,7 +87,7 @@ class SnapshotEncoder:
             "counters": [getattr(snap.counters, k) for k in COUNTER_FIELDS],
             "cost": [getattr(snap.cost, k) for k in COST_FIELDS],
         }
-        if snap.decode_cost != snap.cost and snap.decode_cost.bytes > 0:  # decode rows beside a prompt chunk
+        if snap.num_prefill_tokens and snap.decode_cost.bytes > 0:  # decode rows beside a prompt chunk
             event["decode_cost"] = [getattr(snap.decode_cost, k) for k in COST_FIELDS]
         if snap.wait_reason is not None:
             r = snap.wait_reason

@@ -57,7 +57,7 @@ class RooflinePanel(Panel):
         else:
             extra = marginal_sequence_cost(cost, rows, peaks.peak_flops, peaks.peak_bytes_per_s)
         step = bound(cost.intensity, peaks.ridge_flop_per_byte)
-        mixed = " (mixed)" if cost != snap.cost else ""
+        mixed = " (mixed)" if snap.num_prefill_tokens else ""
         text = f"decode x{rows}{mixed}: {step}, +1 seq +{100 * extra:.0f}%"
         odd = [f"{kernel} {b}" for kernel, b in kernel_bounds(cost, peaks.ridge_flop_per_byte).items() if b != step]
         return text + "".join(f" · {o}" for o in odd)  # last: a narrow panel cuts it first
