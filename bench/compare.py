@@ -24,9 +24,9 @@ import argparse
 from ideal_steps import continuous_steps, static_steps  # bench/ is on sys.path when run as a script
 
 from batchtop.core_engine.engine.engine import Engine
-from batchtop.core_engine.measure.metrics import MetricsCollector
-from batchtop.core_engine.resolve import resolve_config
-from batchtop.core_engine.session.workload import WorkloadSpec, load_workload
+from batchtop.core_engine.perf.metrics import MetricsCollector
+from batchtop.core_engine.run.resolve import resolve_config
+from batchtop.core_engine.workload.spec import WorkloadSpec, load_workload
 
 
 def main() -> None:

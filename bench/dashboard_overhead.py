@@ -22,19 +22,19 @@ import asyncio
 import statistics
 from dataclasses import replace
 
-from batchtop.core_engine.measure.device_peaks import device_peaks
+from batchtop.core_engine.perf.device_peaks import device_peaks
 from batchtop.core_engine.engine.engine import Engine
-from batchtop.core_engine.engine.request import SamplingParams
+from batchtop.core_engine.sched.request import SamplingParams
 from batchtop.core_engine.model.tokenizer import Tokenizer
-from batchtop.core_engine.session.session import Session
-from batchtop.core_engine.session.text import TextDecoder
-from batchtop.core_engine.session.driver import run_workload
-from batchtop.core_engine.measure.metrics import MetricsCollector
-from batchtop.core_engine.resolve import resolve_config
+from batchtop.core_engine.run.session import Session
+from batchtop.core_engine.engine.detokenizer import TextDecoder
+from batchtop.core_engine.run.headless import run_workload
+from batchtop.core_engine.perf.metrics import MetricsCollector
+from batchtop.core_engine.run.resolve import resolve_config
 from batchtop.core_engine.torch_thread import call_in_thread
-from batchtop.core_engine.session.workload import WorkloadSpec, load_workload
+from batchtop.core_engine.workload.spec import WorkloadSpec, load_workload
 from batchtop.tui.app import BatchtopApp
-from batchtop.tui.bridge import EngineBridge
+from batchtop.tui.sources.live import EngineBridge
 
 
 def steady_throughput(collector: MetricsCollector) -> float:

@@ -15,8 +15,8 @@ import argparse
 import statistics
 
 from batchtop.core_engine.engine.engine import Engine
-from batchtop.core_engine.resolve import resolve_config
-from batchtop.core_engine.measure.decode_sweep import decode_steps
+from batchtop.core_engine.run.resolve import resolve_config
+from batchtop.core_engine.perf.decode_sweep import decode_steps
 
 STEPS = 12
 

@@ -33,9 +33,9 @@ from pathlib import Path
 import torch
 
 from batchtop.core_engine.engine.engine import Engine
-from batchtop.core_engine.measure.decode_sweep import decode_steps
-from batchtop.core_engine.measure.device_peaks import device_peaks
-from batchtop.core_engine.resolve import resolve_config
+from batchtop.core_engine.perf.decode_sweep import decode_steps
+from batchtop.core_engine.perf.device_peaks import device_peaks
+from batchtop.core_engine.run.resolve import resolve_config
 
 ROOT = Path(__file__).resolve().parent.parent
 ROOFLINE_BATCHES = (1, 8, 64, 256)

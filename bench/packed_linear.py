@@ -18,10 +18,10 @@ from __future__ import annotations
 import argparse
 import statistics
 
-from batchtop.core_engine.measure.decode_sweep import decode_steps
+from batchtop.core_engine.perf.decode_sweep import decode_steps
 from batchtop.core_engine.model import packed_linear
 from batchtop.core_engine.engine.engine import Engine
-from batchtop.core_engine.resolve import resolve_config
+from batchtop.core_engine.run.resolve import resolve_config
 
 STEPS = 10
 

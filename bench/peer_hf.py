@@ -41,9 +41,9 @@ from transformers import AutoModelForCausalLM, ContinuousBatchingConfig, Generat
 
 from batchtop.core_engine.config import EngineConfig, preset  # noqa: E402
 from batchtop.core_engine.engine.engine import Engine  # noqa: E402
-from batchtop.core_engine.session.driver import run_workload  # noqa: E402
-from batchtop.core_engine.engine.request import Request  # noqa: E402
-from batchtop.core_engine.session.workload import WorkloadSpec, load_workload  # noqa: E402
+from batchtop.core_engine.run.headless import run_workload  # noqa: E402
+from batchtop.core_engine.sched.request import Request  # noqa: E402
+from batchtop.core_engine.workload.spec import WorkloadSpec, load_workload  # noqa: E402
 
 DTYPE = "bfloat16"
 NO_EOS = -1  # transformers' continuous batching: a negative id means "no end-of-sequence token"

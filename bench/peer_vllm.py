@@ -39,10 +39,10 @@ import torch
 
 from batchtop.core_engine.config import EngineConfig, preset
 from batchtop.core_engine.engine.engine import Engine
-from batchtop.core_engine.engine.request import Request, SamplingParams
+from batchtop.core_engine.sched.request import Request, SamplingParams
 from batchtop.core_engine.model.export import export_checkpoint
 from batchtop.core_engine.model.hf_config import read_model_config
-from batchtop.core_engine.session.workload import WorkloadSpec, load_workload
+from batchtop.core_engine.workload.spec import WorkloadSpec, load_workload
 from peer_hf import Outputs, Timed  # bench/: one timed pass of ours, shared with the HF peer
 from peer_vllm_throughput import ours_pass_with_latencies, run_throughput_with
 

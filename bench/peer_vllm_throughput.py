@@ -18,9 +18,9 @@ import statistics
 from pathlib import Path
 
 from batchtop.core_engine.engine.engine import Engine
-from batchtop.core_engine.engine.request import Request, SamplingParams
+from batchtop.core_engine.sched.request import Request, SamplingParams
 from batchtop.core_engine.model.hf_config import read_model_config
-from batchtop.core_engine.session.workload import WorkloadSpec, load_workload
+from batchtop.core_engine.workload.spec import WorkloadSpec, load_workload
 from peer_hf import Timed, timed_run
 
 MAX_MODEL_LEN = 2048  # what bench/vllm_worker.py gives vLLM

@@ -15,8 +15,8 @@ import torch
 from torch.profiler import ProfilerActivity, profile
 
 from batchtop.core_engine.engine.engine import Engine
-from batchtop.core_engine.engine.request import Request, SamplingParams
-from batchtop.core_engine.resolve import resolve_config
+from batchtop.core_engine.sched.request import Request, SamplingParams
+from batchtop.core_engine.run.resolve import resolve_config
 
 GROUPS = (
     ("matmul", ("linear", "mkl", "addmm", "mm", "matmul")),

@@ -19,10 +19,10 @@ import time
 import torch
 
 from batchtop.core_engine.device import DTYPES
-from batchtop.core_engine.measure.device_peaks import measure_peaks
+from batchtop.core_engine.perf.device_peaks import measure_peaks
 from batchtop.core_engine.engine.engine import Engine
-from batchtop.core_engine.resolve import resolve_config
-from batchtop.core_engine.measure.decode_sweep import decode_steps
+from batchtop.core_engine.run.resolve import resolve_config
+from batchtop.core_engine.perf.decode_sweep import decode_steps
 
 
 def gemv_ceiling(engine: Engine) -> float:

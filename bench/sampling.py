@@ -17,8 +17,8 @@ import time
 import torch
 
 from batchtop.core_engine.engine.engine import Engine
-from batchtop.core_engine.engine.request import Request, SamplingParams
-from batchtop.core_engine.resolve import resolve_config
+from batchtop.core_engine.sched.request import Request, SamplingParams
+from batchtop.core_engine.run.resolve import resolve_config
 
 STEPS = 10
 SAMPLED = SamplingParams(temperature=1.0, top_p=0.9)

@@ -36,9 +36,9 @@ from pathlib import Path
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
-from batchtop.core_engine.measure.metrics import percentiles
-from batchtop.core_engine.resolve import resolve_config, resolve_workload
-from batchtop.core_engine.session.workload import load_workload
+from batchtop.core_engine.perf.metrics import percentiles
+from batchtop.core_engine.run.resolve import resolve_config, resolve_workload
+from batchtop.core_engine.workload.spec import load_workload
 
 CLI = [sys.executable, "-m", "batchtop.tui"]
 

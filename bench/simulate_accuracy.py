@@ -42,15 +42,15 @@ import time
 from dataclasses import dataclass
 
 from batchtop.core_engine.engine.engine import Engine
-from batchtop.core_engine.engine.request import Request
-from batchtop.core_engine.engine.snapshot import StepCost
-from batchtop.core_engine.measure.decode_sweep import (BURST, COST_FIELDS, DecodeProbes, StepSample, sweep_means,
+from batchtop.core_engine.sched.request import Request
+from batchtop.core_engine.model.cost import StepCost
+from batchtop.core_engine.perf.decode_sweep import (BURST, COST_FIELDS, DecodeProbes, StepSample, sweep_means,
                                                       typical_seconds)
-from batchtop.core_engine.measure.device_peaks import device_peaks
-from batchtop.core_engine.measure.metrics import MetricsCollector
-from batchtop.core_engine.resolve import resolve_config
-from batchtop.core_engine.session.driver import run_workload
-from batchtop.core_engine.session.workload import WorkloadSpec, load_workload
+from batchtop.core_engine.perf.device_peaks import device_peaks
+from batchtop.core_engine.perf.metrics import MetricsCollector
+from batchtop.core_engine.run.resolve import resolve_config
+from batchtop.core_engine.run.headless import run_workload
+from batchtop.core_engine.workload.spec import WorkloadSpec, load_workload
 from batchtop.core_engine.simulate.device import simulated_device
 from batchtop.core_engine.simulate.fit import fit_calibration, predict
 from batchtop.core_engine.simulate.simulation import Simulation

@@ -11,10 +11,10 @@ import torch
 
 from batchtop.core_engine.config import EngineConfig, preset
 from batchtop.core_engine.engine.engine import Engine
-from batchtop.core_engine.measure.metrics import MetricsCollector
-from batchtop.core_engine.engine.request import Request
+from batchtop.core_engine.perf.metrics import MetricsCollector
+from batchtop.core_engine.sched.request import Request
 from batchtop.core_engine.engine.snapshot import StepSnapshot
-from tests.hf_checkpoints import hf_checkpoints  # noqa: F401  (a session fixture: tiny HF checkpoints)
+from tests.support.hf_checkpoints import hf_checkpoints  # noqa: F401  (a session fixture: tiny HF checkpoints)
 
 # Device peaks are measured once and cached: keep the tests' cache out of the user's home. So is the
 # CPU kernels' build (torch's extensions directory): the suite builds its own copy, once per session.

@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 import batchtop.core_engine as core_engine
-import batchtop.core_engine.serving as serving
+import batchtop.core_engine.serve as serving
 import batchtop.gpu_kernels as gpu_kernels
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -30,7 +30,7 @@ def loaded_after_importing(modules: list[str], forbidden: tuple[str, ...]) -> li
 
 def test_engine_and_kernels_import_neither_textual_nor_rich():
     modules = all_modules(core_engine) + all_modules(gpu_kernels)
-    assert "batchtop.core_engine.engine.scheduler.static" in modules
+    assert "batchtop.core_engine.sched.static" in modules
     assert "batchtop.core_engine.engine.engine" in modules
     assert loaded_after_importing(modules, ("textual", "rich")) == []
 
@@ -38,20 +38,20 @@ def test_engine_and_kernels_import_neither_textual_nor_rich():
 def test_model_directories_load_without_transformers():
     """transformers is a test and benchmark peer only: checkpoints and tokenizers load through
     safetensors and tokenizers."""
-    modules = all_modules(core_engine) + ["batchtop.tui.commands.headless", "batchtop.tui.commands.export"]
+    modules = all_modules(core_engine) + ["batchtop.tui.cli.headless", "batchtop.tui.cli.export"]
     assert "batchtop.core_engine.model.checkpoint" in modules and "batchtop.core_engine.model.tokenizer" in modules
     assert loaded_after_importing(modules, ("transformers",)) == []
 
 
 def test_the_headless_command_path_never_imports_textual():
-    modules = ["batchtop.tui", "batchtop.tui.cli", "batchtop.tui.commands.headless",
-               "batchtop.tui.commands.compare", "batchtop.tui.commands.options"]
+    modules = ["batchtop.tui", "batchtop.tui.cli", "batchtop.tui.cli.headless",
+               "batchtop.tui.cli.compare", "batchtop.tui.cli.options"]
     assert loaded_after_importing(modules, ("textual",)) == []
 
 
 def test_the_headless_server_path_never_imports_textual():
-    modules = ["batchtop.tui.cli", "batchtop.tui.commands.serve", *all_modules(serving)]
-    assert "batchtop.core_engine.serving.app" in modules
+    modules = ["batchtop.tui.cli", "batchtop.tui.cli.serve", *all_modules(serving)]
+    assert "batchtop.core_engine.serve.app" in modules
     assert loaded_after_importing(modules, ("textual",)) == []
 
 
@@ -78,7 +78,7 @@ def test_nothing_imports_the_top_level_folders_by_their_bare_names():
 
 def test_the_headless_attach_path_never_imports_textual():
     import batchtop.core_engine.attach as attach
-    modules = ["batchtop.tui.cli", "batchtop.tui.commands.attach", "batchtop.tui.commands.attach_replay",
-               "batchtop.tui.commands.replay", *all_modules(attach)]
+    modules = ["batchtop.tui.cli", "batchtop.tui.cli.attach", "batchtop.tui.cli.attach_replay",
+               "batchtop.tui.cli.replay", *all_modules(attach)]
     assert "batchtop.core_engine.attach.scrape" in modules
     assert loaded_after_importing(modules, ("textual",)) == []

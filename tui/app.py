@@ -23,24 +23,24 @@ from textual.widgets import Footer
 from textual.worker import Worker, WorkerState, get_current_worker
 
 from batchtop.core_engine.config import EngineConfig
-from batchtop.core_engine.measure.device_peaks import DevicePeaks
+from batchtop.core_engine.perf.device_peaks import DevicePeaks
 from batchtop.core_engine.engine.snapshot import SlotView
-from batchtop.core_engine.measure.telemetry import TelemetrySampler
-from batchtop.core_engine.session.stop import exit_status
+from batchtop.core_engine.perf.telemetry import TelemetrySampler
+from batchtop.core_engine.run.stop import exit_status
 from batchtop.core_engine.simulate.simulation import Simulation
 from batchtop.themes import STYLESHEET, THEMES, next_theme
-from batchtop.tui.bridge import EngineBridge
-from batchtop.tui.frame import DashboardFrame
+from batchtop.tui.sources.live import EngineBridge
+from batchtop.tui.sources.frame import DashboardFrame
 from batchtop.tui.screenshot import save_screenshot
-from batchtop.tui.widgets.device import DevicePanel
+from batchtop.tui.widgets.engine.device import DevicePanel
 from batchtop.tui.screens.help import HelpScreen
 from batchtop.tui.screens.request_detail import RequestScreen
-from batchtop.tui.widgets.kv_blocks import KVBlocksPanel
-from batchtop.tui.widgets.metrics_strip import MetricsStrip
-from batchtop.tui.widgets.roofline import RooflinePanel
-from batchtop.tui.widgets.slots import SlotsPanel
-from batchtop.tui.widgets.status_line import StatusLine, status_text
-from batchtop.tui.widgets.waiting import WaitingPanel
+from batchtop.tui.widgets.engine.kv_blocks import KVBlocksPanel
+from batchtop.tui.widgets.engine.metrics_strip import MetricsStrip
+from batchtop.tui.widgets.engine.roofline import RooflinePanel
+from batchtop.tui.widgets.engine.slots import SlotsPanel
+from batchtop.tui.widgets.common.status_line import StatusLine, status_text
+from batchtop.tui.widgets.engine.waiting import WaitingPanel
 
 POLL_HZ = 10
 PAINT_INTERVAL_S = 0.5  # while the engine runs: how often a new frame reaches the screen

@@ -15,16 +15,16 @@ from textual.widgets import Footer, Static
 from textual.worker import get_current_worker
 
 from batchtop.core_engine.attach.monitor import AttachFrame
-from batchtop.core_engine.measure.device_peaks import DevicePeaks
+from batchtop.core_engine.perf.device_peaks import DevicePeaks
 from batchtop.themes import STYLESHEET, THEMES, next_theme
 from batchtop.tui.screenshot import save_screenshot
-from batchtop.tui.widgets.attach_format import short_url
-from batchtop.tui.widgets.attach_kv import AttachKVPanel
-from batchtop.tui.widgets.attach_metrics import AttachMetricsStrip
-from batchtop.tui.widgets.attach_replicas import AttachReplicasPanel
-from batchtop.tui.widgets.attach_roofline import AttachRooflinePanel
-from batchtop.tui.widgets.attach_slots import AttachSlotsPanel
-from batchtop.tui.widgets.attach_waiting import AttachWaitingPanel
+from batchtop.tui.widgets.attach.format import short_url
+from batchtop.tui.widgets.attach.kv import AttachKVPanel
+from batchtop.tui.widgets.attach.metrics_strip import AttachMetricsStrip
+from batchtop.tui.widgets.attach.replicas import AttachReplicasPanel
+from batchtop.tui.widgets.attach.roofline import AttachRooflinePanel
+from batchtop.tui.widgets.attach.slots import AttachSlotsPanel
+from batchtop.tui.widgets.attach.waiting import AttachWaitingPanel
 
 FLAVOUR_LABEL = {"vllm": "vLLM", "sglang": "SGLang", "batchtop": "batchtop serve", "mixed": "mixed servers"}
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 from textual.binding import Binding
 
 from batchtop.tui.app import COMMON_BINDINGS, Dashboard
-from batchtop.tui.frame import DashboardFrame
-from batchtop.tui.replay_source import ReplaySource
+from batchtop.tui.sources.frame import DashboardFrame
+from batchtop.tui.sources.replay import ReplaySource
 
 
 class ReplayApp(Dashboard):

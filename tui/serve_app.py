@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from batchtop.tui.app import BatchtopApp
-from batchtop.tui.frame import DashboardFrame
+from batchtop.tui.sources.frame import DashboardFrame
 
 
 class ServeApp(BatchtopApp):

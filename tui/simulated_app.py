@@ -10,8 +10,8 @@ from textual.binding import Binding
 from batchtop.core_engine.simulate.clock import WallPace
 from batchtop.core_engine.simulate.simulation import Simulation
 from batchtop.tui.app import BatchtopApp
-from batchtop.tui.bridge import EngineBridge
-from batchtop.tui.frame import DashboardFrame
+from batchtop.tui.sources.live import EngineBridge
+from batchtop.tui.sources.frame import DashboardFrame
 
 
 def speed_label(speed: float) -> str:

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from batchtop.core_engine.attach.scrape import is_loopback, metrics_url
 from batchtop.core_engine.errors import ConfigError
-from batchtop.core_engine.measure.device_peaks import DevicePeaks, datasheet_peaks, device_peaks
-from batchtop.core_engine.measure.telemetry import NvmlReader
+from batchtop.core_engine.perf.device_peaks import DevicePeaks, datasheet_peaks, device_peaks
+from batchtop.core_engine.perf.telemetry import NvmlReader
 
 
 def _nvml_name() -> str | None:

@@ -15,8 +15,8 @@ from batchtop.core_engine.attach.roofline_point import ModelEstimate
 from batchtop.core_engine.attach.sample import ReplicaSample
 from batchtop.core_engine.attach.scrape import ScrapeResult
 from batchtop.core_engine.config import ModelConfig
-from batchtop.core_engine.session.trace import Trace, TraceError
-from batchtop.core_engine.session.trace_writer import TraceWriter
+from batchtop.core_engine.trace.trace import Trace, TraceError
+from batchtop.core_engine.trace.writer import TraceWriter
 
 SOURCE = "attach"
 

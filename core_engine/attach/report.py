@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from batchtop.core_engine.attach.monitor import AttachFrame, Monitor
 from batchtop.core_engine.attach.stats import ReplicaStats
-from batchtop.core_engine.measure.device_peaks import DevicePeaks
+from batchtop.core_engine.perf.device_peaks import DevicePeaks
 
 SCHEMA = "batchtop.attach/1"
 

@@ -15,9 +15,9 @@ from dataclasses import dataclass
 from batchtop.core_engine.attach.histogram import Histogram
 from batchtop.core_engine.attach.window import Delta
 from batchtop.core_engine.config import ModelConfig
-from batchtop.core_engine.measure.device_peaks import DevicePeaks
-from batchtop.core_engine.measure import roofline
-from batchtop.core_engine.measure.roofline import Chunk, step_cost
+from batchtop.core_engine.perf.device_peaks import DevicePeaks
+from batchtop.core_engine.perf import roofline
+from batchtop.core_engine.model.cost import Chunk, step_cost
 
 MFU_HINT = "vLLM fills estimated_flops/read_bytes only with --enable-mfu-metrics"
 

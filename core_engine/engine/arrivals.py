@@ -5,7 +5,7 @@ from __future__ import annotations
 import heapq
 from collections.abc import Iterable
 
-from batchtop.core_engine.engine.request import Request
+from batchtop.core_engine.sched.request import Request
 
 
 class ArrivalQueue:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from batchtop.core_engine.engine.request import Request
+from batchtop.core_engine.sched.request import Request
 
 
 @dataclass(frozen=True, slots=True)

@@ -15,13 +15,14 @@ from batchtop.core_engine.config import MAX_NUM_SEQS_LIMIT, MODES, EngineConfig
 from batchtop.core_engine.engine.arrivals import ArrivalQueue
 from batchtop.core_engine.engine.validation import validate_max_num_seqs, validate_request
 from batchtop.core_engine.errors import InvalidRequest
-from batchtop.core_engine.engine.kv_cache import BlockAllocator, BlockManager
-from batchtop.core_engine.engine.request import FinishReason, Request, Sequence
-from batchtop.core_engine.measure.roofline import Chunk, step_cost
-from batchtop.core_engine.engine.runner import ModelRunner
-from batchtop.core_engine.engine.scheduler import Scheduler, SchedulerOutput, make_policy
+from batchtop.core_engine.sched.kv_cache import BlockAllocator, BlockManager
+from batchtop.core_engine.sched.request import FinishReason, Request, Sequence
+from batchtop.core_engine.model.cost import Chunk, step_cost
+from batchtop.core_engine.worker.model_runner import ModelRunner
+from batchtop.core_engine.sched import Scheduler, SchedulerOutput, make_policy
 from batchtop.core_engine.engine.step_runner import StepRunner
-from batchtop.core_engine.engine.snapshot import Counters, FinishedRequest, StepCost, StepSnapshot, WaitingView
+from batchtop.core_engine.engine.snapshot import Counters, FinishedRequest, StepSnapshot, WaitingView
+from batchtop.core_engine.model.cost import StepCost
 from batchtop.core_engine.engine.snapshot_builder import StepEvents, StepTimes, build_snapshot, slot_occupants
 
 class Engine:

@@ -9,8 +9,8 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 
-from batchtop.core_engine.engine.request import Phase
-from batchtop.core_engine.engine.wait_reason import WaitReason
+from batchtop.core_engine.sched.request import Phase
+from batchtop.core_engine.sched.wait_reason import WaitReason
 
 WAITING_VIEW_LIMIT = 64  # the queue panel never shows more; the full length travels as num_waiting
 

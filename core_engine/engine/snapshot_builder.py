@@ -7,11 +7,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from batchtop.core_engine.engine.kv_cache import BlockAllocator
-from batchtop.core_engine.engine.request import Phase, Sequence
-from batchtop.core_engine.engine.scheduler import Scheduler, SchedulerOutput
-from batchtop.core_engine.engine.snapshot import (WAITING_VIEW_LIMIT, Counters, FinishedRequest, SlotView, StepCost,
+from batchtop.core_engine.sched.kv_cache import BlockAllocator
+from batchtop.core_engine.sched.request import Phase, Sequence
+from batchtop.core_engine.sched import Scheduler, SchedulerOutput
+from batchtop.core_engine.engine.snapshot import (WAITING_VIEW_LIMIT, Counters, FinishedRequest, SlotView,
                                                   StepSnapshot, WaitingView)
+from batchtop.core_engine.model.cost import StepCost
 
 Occupant = tuple[int, Sequence, Phase, int]  # slot, sequence, phase, prompt pad tokens this step
 

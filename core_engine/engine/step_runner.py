@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Sized
 from typing import Protocol
 
-from batchtop.core_engine.engine.request import Sequence
-from batchtop.core_engine.engine.scheduler import SchedulerOutput
+from batchtop.core_engine.sched.request import Sequence
+from batchtop.core_engine.sched import SchedulerOutput
 
 
 class PreparedStep(Protocol):

@@ -5,8 +5,8 @@ from __future__ import annotations
 import math
 
 from batchtop.core_engine.config import MAX_NUM_SEQS_LIMIT, EngineConfig
-from batchtop.core_engine.engine.kv_cache import cdiv
-from batchtop.core_engine.engine.request import Request
+from batchtop.core_engine.sched.kv_cache import cdiv
+from batchtop.core_engine.sched.request import Request
 from batchtop.core_engine.errors import InvalidRequest, UnservableRequest
 
 

@@ -26,11 +26,11 @@ import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from batchtop.core_engine.engine.snapshot import StepCost
+from batchtop.core_engine.model.cost import StepCost
 from batchtop.core_engine.errors import ConfigError
-from batchtop.core_engine.measure import roofline
-from batchtop.core_engine.measure.device_peaks import DevicePeaks
-from batchtop.core_engine.session.text_files import NotText, parse_json, read_text_file
+from batchtop.core_engine.perf import roofline
+from batchtop.core_engine.perf.device_peaks import DevicePeaks
+from batchtop.core_engine.text_files import NotText, parse_json, read_text_file
 
 CALIBRATION_SCHEMA = "batchtop.calibration/1"
 CONSTANTS = ("compute_efficiency", "memory_efficiency", "attention_efficiency", "step_overhead_s")

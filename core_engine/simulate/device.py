@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 from batchtop.core_engine.device import device_name
 from batchtop.core_engine.errors import ConfigError
-from batchtop.core_engine.measure.device_peaks import DATASHEET, DevicePeaks, device_peaks
+from batchtop.core_engine.perf.device_peaks import DATASHEET, DevicePeaks, device_peaks
 
 ALIASES = {"a100-80gb": "A100-SXM4-80GB", "a100-40gb": "A100-SXM4-40GB"}
 

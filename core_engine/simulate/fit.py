@@ -18,9 +18,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from batchtop.core_engine.measure.device_peaks import DevicePeaks
+from batchtop.core_engine.perf.device_peaks import DevicePeaks
 from batchtop.core_engine.simulate.calibration import DEFAULT, Calibration
-from batchtop.core_engine.measure.decode_sweep import StepSample
+from batchtop.core_engine.perf.decode_sweep import StepSample
 
 EFFICIENCY_NAMES = ("compute_efficiency", "memory_efficiency", "attention_efficiency")
 LOWEST, HIGHEST = 0.01, 100.0  # the efficiencies searched

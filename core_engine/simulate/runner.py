@@ -8,11 +8,11 @@ from dataclasses import dataclass
 
 from batchtop.core_engine.config import EngineConfig
 from batchtop.core_engine.engine.engine import plan_chunks
-from batchtop.core_engine.engine.request import Sequence
-from batchtop.core_engine.engine.scheduler import SchedulerOutput
-from batchtop.core_engine.engine.snapshot import StepCost
-from batchtop.core_engine.measure.device_peaks import DevicePeaks
-from batchtop.core_engine.measure.roofline import step_cost
+from batchtop.core_engine.sched.request import Sequence
+from batchtop.core_engine.sched import SchedulerOutput
+from batchtop.core_engine.model.cost import StepCost
+from batchtop.core_engine.perf.device_peaks import DevicePeaks
+from batchtop.core_engine.model.cost import step_cost
 from batchtop.core_engine.simulate.calibration import Calibration
 from batchtop.core_engine.simulate.clock import VirtualClock
 

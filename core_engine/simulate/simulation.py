@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 from batchtop.core_engine.config import EngineConfig
 from batchtop.core_engine.engine.engine import Engine
-from batchtop.core_engine.measure.device_peaks import DevicePeaks
+from batchtop.core_engine.perf.device_peaks import DevicePeaks
 from batchtop.core_engine.simulate.calibration import Calibration
 from batchtop.core_engine.simulate.clock import VirtualClock
 from batchtop.core_engine.simulate.device import SimulatedDevice

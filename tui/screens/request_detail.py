@@ -14,9 +14,9 @@ from textual.screen import ModalScreen
 from textual.widgets import Static
 
 from batchtop.core_engine.engine.snapshot import StepSnapshot
-from batchtop.core_engine.session.text import RequestText
-from batchtop.tui.frame import DashboardFrame
-from batchtop.tui.widgets.slots import progress
+from batchtop.core_engine.engine.detokenizer import RequestText
+from batchtop.tui.sources.frame import DashboardFrame
+from batchtop.tui.widgets.engine.slots import progress
 
 REFRESH_S = 0.2
 NO_TOKENIZER = "No text: this model has no tokenizer. Run a model directory (--model DIR) to see words here."

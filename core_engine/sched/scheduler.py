@@ -1,0 +1,235 @@
+"""The scheduler's mechanics, shared by both policies: queues, slots, budgets, preemption.
+
+A policy (continuous.py, static.py) decides when and how waiting sequences are admitted, whether a
+step is held to the token budget, and whether a finished sequence leaves its slot at once or stays
+as padding until its batch ends. Keeping the state here lets the mode flip between steps without
+losing or copying anything.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from batchtop.core_engine.sched.kv_cache import BlockManager
+from batchtop.core_engine.sched.request import FinishReason, Sequence, SeqStatus
+from batchtop.core_engine.sched.wait_reason import WaitReason
+
+ADMISSION_WATERMARK = 0.01  # keep 1% of blocks free when admitting beside others (vLLM does too)
+
+
+@dataclass(slots=True)
+class SchedulerOutput:
+    """One step's plan: who runs how many tokens, and what changed to make room."""
+
+    scheduled: list[tuple[Sequence, int]] = field(default_factory=list)  # decodes first, then prefill chunks
+    padding: list[Sequence] = field(default_factory=list)  # static batching's finished rows, still computed
+    prompt_padding: list[tuple[Sequence, int]] = field(default_factory=list)  # static: pad tokens left of a prompt
+    admitted: list[Sequence] = field(default_factory=list)
+    preempted: list[Sequence] = field(default_factory=list)
+    token_budget: int | None = None  # the budget this step was held to; None: a static step, unbudgeted
+    wait_reason: WaitReason | None = None  # why the head of the queue still waits after this plan
+
+    @property
+    def num_prompt_padding(self) -> int:
+        return sum(n for _, n in self.prompt_padding)
+
+    @property
+    def num_tokens(self) -> int:
+        return sum(n for _, n in self.scheduled) + len(self.padding) + self.num_prompt_padding
+
+    @property
+    def is_empty(self) -> bool:
+        return not self.scheduled and not self.padding
+
+
+class SchedulingPolicy(Protocol):
+    name: str
+    keeps_finished: bool  # a finished sequence stays as computed padding until its batch ends
+    budgeted: bool  # steps are held to max_num_batched_tokens (chunked prefill)
+
+    def admit(self, scheduler: Scheduler, out: SchedulerOutput, budget: int | None) -> None:
+        """Move waiting sequences into slots for this step, or set out.wait_reason saying why not."""
+
+
+class Scheduler:
+    """FCFS queues, slot assignment and the per-step plan under max_num_seqs / max_num_batched_tokens."""
+
+    def __init__(self, block_manager: BlockManager, policy: SchedulingPolicy, max_num_seqs: int,
+                 max_num_batched_tokens: int) -> None:
+        self.block_manager = block_manager
+        self.allocator = block_manager.allocator
+        self.policy = policy
+        self.max_num_seqs = max_num_seqs
+        self.max_num_batched_tokens = max_num_batched_tokens
+        self.waiting: deque[Sequence] = deque()
+        self.running: list[Sequence] = []  # admission order: oldest first, so the newest is preempted first
+        self._used_slots: set[int] = set()
+        self.wait_reason: WaitReason | None = None  # from the latest plan; views between steps show it
+
+    # -- queue management ---------------------------------------------------------------------
+    def add(self, seq: Sequence) -> None:
+        seq.status = SeqStatus.WAITING
+        self.waiting.append(seq)
+
+    def has_unfinished(self) -> bool:
+        return bool(self.waiting) or any(not s.padding for s in self.running)
+
+    def num_slots(self) -> int:
+        """Slots the grid shows: max_num_seqs, or more while a lowered cap still has old occupants."""
+        return max(self.max_num_seqs, max(self._used_slots, default=-1) + 1)
+
+    # -- the per-step plan --------------------------------------------------------------------
+    def schedule(self) -> SchedulerOutput:
+        budget = self.max_num_batched_tokens if self.policy.budgeted else None
+        out = SchedulerOutput(token_budget=budget)
+        if not self.policy.keeps_finished:
+            for seq in [s for s in self.running if s.padding]:  # the mode flipped to continuous
+                self._release(seq)
+        budget = self._schedule_decodes(out, budget)
+        budget = self._schedule_prefills(out, budget)
+        out.padding = [s for s in self.running if s.padding]  # computed whatever the budget, as generate() does
+        if out.preempted and self.waiting:
+            out.wait_reason = WaitReason.preempted()  # never readmit a victim in the step that evicted it
+        else:
+            self.policy.admit(self, out, budget)
+        if not self.waiting:
+            out.wait_reason = None
+        self.wait_reason = out.wait_reason
+        return out
+
+    def _schedule_decodes(self, out: SchedulerOutput, budget: int | None) -> int | None:
+        for seq in [s for s in self.running if not s.padding and not s.is_prefill]:
+            if budget == 0:
+                break
+            if seq.status is not SeqStatus.RUNNING:  # preempted earlier in this loop
+                continue
+            need = seq.num_computed_tokens + 1
+            while not self.block_manager.can_grow(seq, need):
+                victim = self._newest_preemptible()
+                self._preempt(victim)
+                out.preempted.append(victim)
+                if victim is seq:
+                    break
+            if seq.status is SeqStatus.RUNNING:
+                self.block_manager.grow(seq, need)
+                out.scheduled.append((seq, 1))
+                budget = None if budget is None else budget - 1
+        return budget
+
+    def _schedule_prefills(self, out: SchedulerOutput, budget: int | None) -> int | None:
+        for seq in self.running:
+            if budget == 0:
+                break
+            if seq.status is SeqStatus.RUNNING and not seq.padding and seq.is_prefill:
+                budget = self.schedule_chunk(out, seq, budget)
+        return budget
+
+    def schedule_chunk(self, out: SchedulerOutput, seq: Sequence, budget: int | None) -> int | None:
+        """The rest of seq's prompt, or as much as the budget allows (chunked prefill)."""
+        chunk = seq.num_uncomputed if budget is None else min(seq.num_uncomputed, budget)
+        out.scheduled.append((seq, chunk))
+        return None if budget is None else budget - chunk
+
+    def admission_watermark(self) -> int:
+        """Blocks kept free when admitting beside running sequences, so they can still grow."""
+        return int(ADMISSION_WATERMARK * self.allocator.num_blocks) if self.running else 0
+
+    def admit_head(self, out: SchedulerOutput, kv_tokens: int) -> Sequence:
+        """Give the head of the queue a slot and KV blocks for kv_tokens of its tokens."""
+        seq = self.waiting.popleft()
+        self.block_manager.grow(seq, kv_tokens)
+        seq.status = SeqStatus.RUNNING
+        seq.slot = self._take_slot()
+        self.running.append(seq)
+        out.admitted.append(seq)
+        return seq
+
+    # -- state changes after the forward ------------------------------------------------------
+    def finish(self, seq: Sequence, reason: FinishReason) -> None:
+        seq.status = SeqStatus.FINISHED
+        seq.finish_reason = reason
+        if self.policy.keeps_finished:
+            seq.padding = True
+        else:
+            self._release(seq)
+
+    def end_step(self) -> list[Sequence]:
+        """Release a static batch once every member has finished; returns the released members."""
+        if self.running and all(s.padding for s in self.running):
+            batch = list(self.running)
+            for seq in batch:
+                self._release(seq)
+            return batch
+        return []
+
+    def abort(self, request_id: str) -> Sequence | None:
+        """Drop a request wherever it is; unknown or finished ids are a no-op (no double free)."""
+        for seq in self.waiting:
+            if seq.id == request_id:
+                self.waiting.remove(seq)
+                self.block_manager.release(seq)
+                seq.status, seq.finish_reason = SeqStatus.FINISHED, FinishReason.ABORT
+                return seq
+        for seq in self.running:
+            if seq.id == request_id and not seq.padding:
+                self._release(seq)
+                seq.status, seq.finish_reason = SeqStatus.FINISHED, FinishReason.ABORT
+                self.end_step()
+                return seq
+        return None
+
+    # -- internals ----------------------------------------------------------------------------
+    def _newest_preemptible(self) -> Sequence:
+        return next(s for s in reversed(self.running) if not s.padding)
+
+    def _preempt(self, seq: Sequence) -> None:
+        """Preempt by recompute: free its blocks, forget its KV, back to the head of the queue."""
+        self.running.remove(seq)
+        self._used_slots.discard(seq.slot)
+        seq.slot = None
+        self.block_manager.release(seq)
+        seq.num_computed_tokens = 0
+        seq.num_preemptions += 1
+        seq.status = SeqStatus.WAITING
+        self.waiting.appendleft(seq)
+
+    def _release(self, seq: Sequence) -> None:
+        self.running.remove(seq)
+        self._used_slots.discard(seq.slot)
+        seq.slot = None
+        seq.padding = False
+        self.block_manager.release(seq)
+
+    def _take_slot(self) -> int:
+        slot = 0
+        while slot in self._used_slots:
+            slot += 1
+        self._used_slots.add(slot)
+        return slot
+
+    def reset(self) -> None:
+        self.waiting.clear()
+        self.running.clear()
+        self._used_slots.clear()
+        self.wait_reason = None
+
+    def check_invariants(self) -> None:
+        """I2-I4 of the reliability checklist; raises AssertionError on the first violation."""
+        self.allocator.check_invariants()
+        seen: set[int] = set()
+        for seq in [*self.running, *self.waiting]:
+            for b in seq.block_table:
+                assert b not in seen, f"block {b} is in two block tables"
+                seen.add(b)
+        assert len(seen) == self.allocator.num_used_blocks, "used blocks and block tables disagree"
+        slots = [s.slot for s in self.running]
+        assert None not in slots and len(set(slots)) == len(slots), f"bad slot assignment {slots}"
+        assert set(slots) == self._used_slots, "slot set out of sync"
+        for seq in self.running:
+            assert seq.status is (SeqStatus.FINISHED if seq.padding else SeqStatus.RUNNING)
+            assert len(seq.block_table) * self.block_manager.block_size >= seq.num_computed_tokens
+        for seq in self.waiting:
+            assert seq.status is SeqStatus.WAITING and seq.slot is None
+            assert seq.num_computed_tokens == 0 and not seq.block_table

@@ -1,0 +1,135 @@
+"""uvicorn around the app, on a socket bound before the model loads (a taken port fails at once).
+
+Shutdown, whatever asks for it (SIGINT, SIGTERM, the dashboard quitting, the engine dying): stop
+listening, refuse new requests with 503, give in-flight ones `grace_s` to finish, end the rest with an
+error, then let uvicorn close the connections.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+import socket
+import threading
+import time
+
+import uvicorn
+
+from batchtop.core_engine.errors import ConfigError
+from batchtop.core_engine.serve.hub import RequestHub
+
+
+def bind_socket(host: str, port: int) -> socket.socket:
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    except socket.gaierror as exc:
+        raise ConfigError("--host", f"cannot resolve {host!r}: {exc.strerror}") from None
+    family, _, _, _, address = infos[0]
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind(address)
+    except OSError as exc:
+        sock.close()
+        raise ConfigError("--port", f"cannot listen on {host}:{port}: {exc.strerror}") from None
+    return sock
+
+
+class _Uvicorn(uvicorn.Server):
+    """uvicorn with our shutdown: signals start the drain instead of closing at once."""
+
+    def __init__(self, config: uvicorn.Config, owner: Server) -> None:
+        super().__init__(config)
+        self.owner = owner
+
+    async def serve(self, sockets=None) -> None:
+        self.owner.bind_loop(asyncio.get_running_loop())
+        await super().serve(sockets)
+
+    @contextlib.contextmanager
+    def capture_signals(self):
+        if threading.current_thread() is not threading.main_thread():
+            yield  # the dashboard's server thread: the app's quit stops it
+            return
+        previous = {sig: signal.signal(sig, self.owner.on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
+        try:
+            yield
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+
+
+class Server:
+    def __init__(self, app, hub: RequestHub, sock: socket.socket, *, grace_s: float = 5.0,
+                 quiet: bool = False) -> None:
+        self.hub = hub
+        self.sock = sock
+        self.grace_s = grace_s
+        host, port = sock.getsockname()[:2]
+        self.url = f"http://{f'[{host}]' if ':' in host else host}:{port}"
+        quiet_logs = {"log_config": None} if quiet else {}
+        config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="on",
+                                timeout_graceful_shutdown=grace_s + 5, **quiet_logs)
+        if quiet:  # under the dashboard nothing may write to the terminal
+            silent = logging.getLogger("uvicorn")
+            silent.propagate = False
+            if not silent.handlers:
+                silent.addHandler(logging.NullHandler())
+        self._uvicorn = _Uvicorn(config, self)
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._shutting_down = False
+        self._drain_task: asyncio.Task | None = None
+        self._thread: threading.Thread | None = None
+        self.signal: int | None = None  # the signal that stopped the server, if one did
+        self.stopped = threading.Event()
+
+    def run(self) -> None:
+        """Serve on this (the main) thread until a signal or shutdown() stops it."""
+        try:
+            self._uvicorn.run(sockets=[self.sock])  # uvloop and httptools when installed, as uvicorn picks
+        finally:
+            self.stopped.set()
+
+    def bind_loop(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._loop = loop
+
+    def start_in_thread(self, ready_timeout_s: float = 10.0) -> None:
+        """Serve on a thread of its own (beside the dashboard, or in tests); returns once it answers."""
+        self._thread = threading.Thread(target=self.run, name="batchtop-http", daemon=True)
+        self._thread.start()
+        deadline = time.monotonic() + ready_timeout_s
+        while not self._uvicorn.started and self._thread.is_alive() and time.monotonic() < deadline:
+            time.sleep(0.01)
+
+    def on_signal(self, sig: int, _frame) -> None:
+        if self._shutting_down:  # a second Ctrl-C: stop waiting for in-flight requests
+            self._uvicorn.force_exit = self._uvicorn.should_exit = True
+            return
+        self.signal = sig
+        self.shutdown()
+
+    def shutdown(self) -> None:
+        """Thread-safe and idempotent: start the drain; the server stops once it is done."""
+        if self._shutting_down:
+            return
+        self._shutting_down = True
+        if self._loop is None:  # not serving yet: nothing to drain
+            self._uvicorn.should_exit = True
+            return
+        with contextlib.suppress(RuntimeError):  # the loop has already closed
+            self._loop.call_soon_threadsafe(self._start_drain)
+
+    def _start_drain(self) -> None:
+        self._drain_task = asyncio.get_running_loop().create_task(self._drain())
+
+    async def _drain(self) -> None:
+        for listener in self._uvicorn.servers:
+            listener.close()  # stop accepting connections at once
+        await self.hub.drain(self.grace_s)
+        self._uvicorn.should_exit = True
+
+    def join(self, timeout_s: float = 30.0) -> None:
+        if self._thread is not None:
+            self._thread.join(timeout_s)

@@ -1,0 +1,204 @@
+"""Owns the model and the paged KV tensors; turns a scheduler plan into one forward and its tokens."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from batchtop.core_engine.config import EngineConfig
+from batchtop.core_engine.device import DTYPES
+from batchtop.core_engine.model.checkpoint import load_model
+from batchtop.core_engine.model.llama import AttentionBatch, PrefillChunk, VarlenRows, build_model
+from batchtop.core_engine.sched.request import Sequence
+from batchtop.core_engine.worker.decode_graphs import DecodeGraphs, bucket_sizes
+from batchtop.core_engine.worker.input_buffers import DecodeTables, StagedInputs
+from batchtop.core_engine.worker.sampler import MASK32, Sampler, SamplingBatch, request_seed
+from batchtop.core_engine.sched import SchedulerOutput
+from batchtop.gpu_kernels import uses_cpu_kernel, uses_triton
+
+PAD_TOKEN_ID = 0  # what a static batch's prompt padding feeds; its outputs are never read
+
+
+@dataclass(slots=True)
+class PreparedBatch:
+    input_ids: torch.Tensor  # (T,)
+    positions: torch.Tensor  # (T,)
+    attention: AttentionBatch
+    logits_rows: torch.Tensor  # rows that reach the lm_head: the S sampled ones first, then padding
+    sampled_seqs: list[Sequence]  # the S sampled sequences, in row order
+    sampling: SamplingBatch | None = None  # their parameters on the device; None: all greedy
+
+
+class ModelRunner:
+    def __init__(self, config: EngineConfig, bucketed_decode: bool | None = None,
+                 model: torch.nn.Module | None = None) -> None:
+        """bucketed_decode: run pure decode steps through DecodeGraphs (None: on CUDA with the Triton
+        kernel unless config.enforce_eager; True on a CPU runs the padded buckets eagerly, for tests).
+        model: another runner's model to share (a forward only reads its weights), so several engines
+        can hold their own KV pools at once on one copy of the weights; None builds or loads one."""
+        self.config = config
+        self.device = torch.device(config.device)
+        self.dtype = DTYPES[config.dtype]
+        m = config.model
+        if model is not None:
+            self.model = model
+        elif m.checkpoint is None:
+            self.model = build_model(m, config.device, self.dtype, config.seed)
+        else:
+            self.model = load_model(m, config.device, self.dtype)
+        self.block_size = config.block_size
+        # One physical block past the usable ones: static batching's padding rows and prompt padding
+        # write their throw-away K/V there, so no sequence's real cache is ever overwritten.
+        self.scratch_block = config.num_kv_blocks
+        shape = (config.num_kv_blocks + 1, config.block_size, m.num_key_value_heads, m.head_dim)
+        self.kv_caches = [(torch.zeros(shape, dtype=self.dtype, device=self.device),
+                           torch.zeros(shape, dtype=self.dtype, device=self.device))
+                          for _ in range(m.num_hidden_layers)]
+        self._scratch_table = torch.tensor([self.scratch_block], dtype=torch.long, device=self.device)
+        self.sampler = Sampler(config.seed, config.device)
+        self.staged = StagedInputs(self.device, 4 * (config.max_num_batched_tokens + config.max_num_seqs) + 1024)
+        max_blocks = min(-(-config.max_model_len // config.block_size), config.num_kv_blocks)
+        self.decode_tables = DecodeTables(self.device, config.max_num_seqs, max_blocks, self.scratch_block)
+        # On the CPU kernel the prompt chunks' rows join the decode rows in one attention call; their
+        # sequences' tables take the persistent table's rows after the decode rows'.
+        self.varlen_prompts = uses_cpu_kernel(self.device, self.dtype, m.head_dim)
+        capture = self.device.type == "cuda" and uses_triton(self.device)
+        if bucketed_decode is None:
+            bucketed_decode = capture and not config.enforce_eager
+        self.graphs = None
+        if bucketed_decode:
+            self.graphs = DecodeGraphs(self.model, self.kv_caches, max_blocks, self.scratch_block, self.block_size,
+                                       bucket_sizes(config.max_num_seqs), self.device, capture=capture)
+            if capture:
+                self.graphs.capture_all()
+
+    def prepare(self, plan: SchedulerOutput) -> PreparedBatch:
+        """Flatten the plan: one-token rows (decodes, then padding) first, then prompt padding and
+        prefill chunks; stage it all and send it to the device in one copy."""
+        bs, scratch = self.block_size, self.scratch_block * self.block_size
+        ids: list[int] = []
+        pos: list[int] = []
+        slots: list[int] = []
+        tables: list[list[int]] = []
+        ctx_lens: list[int] = []
+        logits_rows: list[int] = []
+        sampled: list[Sequence] = []
+        prefill_plan: list[tuple[Sequence, int]] = []
+
+        for seq, n in plan.scheduled:
+            if seq.is_prefill:
+                prefill_plan.append((seq, n))
+                continue
+            p = seq.num_computed_tokens
+            logits_rows.append(len(ids))
+            sampled.append(seq)
+            ids.append(seq.token_ids[p])
+            pos.append(p)
+            slots.append(seq.block_table[p // bs] * bs + p % bs)
+            tables.append(seq.block_table)
+            ctx_lens.append(p + 1)
+        padding_rows: list[int] = []
+        for seq in plan.padding:
+            # A finished row recomputes its last token and its logits, as Hugging Face's generate()
+            # does for the finished rows of a batch; its K/V goes to scratch, unseen by anyone.
+            p = seq.num_computed_tokens
+            padding_rows.append(len(ids))
+            ids.append(seq.token_ids[-1])
+            pos.append(p)
+            slots.append(scratch)
+            tables.append(seq.block_table)
+            ctx_lens.append(p)
+        num_decode_rows = len(ids)
+
+        staged = self.staged
+        staged.begin()
+        chunk_specs: list[tuple[int, int, int, tuple[int, int]]] = []
+        varlen_tables: list[int] = []  # per row of a prompt chunk the kernel takes: its sequence's table row
+        varlen_lens: list[int] = []
+        for seq, n in prefill_plan:
+            start = seq.num_computed_tokens
+            if self.varlen_prompts:  # one kernel call for all of them, beside the decode rows
+                varlen_tables.extend([len(tables)] * n)
+                varlen_lens.extend(range(start + 1, start + n + 1))
+                tables.append(seq.block_table)
+            else:
+                chunk_specs.append((len(ids), n, start, staged.put(seq.block_table)))
+            ids.extend(seq.token_ids[start:start + n])
+            pos.extend(range(start, start + n))
+            table = seq.block_table
+            slots.extend(table[p // bs] * bs + p % bs for p in range(start, start + n))
+            if start + n == seq.num_tokens:  # the chunk completes the prompt: sample from its last row
+                logits_rows.append(len(ids) - 1)
+                sampled.append(seq)
+        for _, n in plan.prompt_padding:
+            # A static batch's left padding: pad tokens at positions 0..n-1, computed through every
+            # layer (attending only to each other, as a padding mask leaves them) and thrown away;
+            # their K/V goes to scratch, so the member's own cache holds exactly its prompt.
+            chunk_specs.append((len(ids), n, 0, self._scratch_table))
+            ids.extend([PAD_TOKEN_ID] * n)
+            pos.extend(range(n))
+            slots.extend(scratch + p % bs for p in range(n))
+        logits_rows += padding_rows  # computed and thrown away, after the rows that are sampled
+
+        r_ids, r_pos, r_slots, r_rows = staged.put(ids), staged.put(pos), staged.put(slots), staged.put(logits_rows)
+        r_ctx = staged.put(ctx_lens) if num_decode_rows else None
+        r_varlen = None
+        if varlen_tables:
+            r_varlen = staged.put([*range(num_decode_rows), *varlen_tables]), staged.put(ctx_lens + varlen_lens)
+        change = self.decode_tables.stage_changes(staged, tables) if tables else None
+        r_sampling = self._stage_sampling(sampled)
+        staged.commit()
+
+        block_tables = context_lens = varlen = None
+        if tables:
+            self.decode_tables.apply(staged, change)
+            width = max(len(t) for t in tables)
+            block_tables = self.decode_tables.table[:len(tables), :width]
+            if self.graphs is None:  # every layer reads it: make the slice contiguous once, not per layer
+                block_tables = block_tables.contiguous()
+            if r_varlen is not None:
+                varlen = VarlenRows(block_tables, staged.view(r_varlen[0]), staged.view(r_varlen[1]))
+            block_tables = block_tables[:num_decode_rows] if num_decode_rows else None
+            context_lens = staged.view(r_ctx) if num_decode_rows else None
+        chunks = [PrefillChunk(row, n, start, table if isinstance(table, torch.Tensor) else staged.view(table))
+                  for row, n, start, table in chunk_specs]
+        attention = AttentionBatch(self.kv_caches, staged.view(r_slots), num_decode_rows, block_tables,
+                                   context_lens, chunks, varlen=varlen)
+        positions = staged.view(r_pos)
+        rows = staged.view(r_rows)
+        return PreparedBatch(staged.view(r_ids), positions, attention, rows, sampled,
+                             self._sampling_batch(r_sampling, positions, rows, len(sampled)))
+
+    def _stage_sampling(self, sampled: list[Sequence]) -> tuple | None:
+        """Per-row temperature, top-p and seed, staged only when some row is not greedy."""
+        params = [s.request.sampling for s in sampled]
+        if all(p.greedy for p in params):
+            return None
+        seeds = [request_seed(s, self.config.seed) for s in sampled]
+        return (self.staged.put_floats([p.temperature for p in params]),
+                self.staged.put_floats([p.top_p for p in params]),
+                self.staged.put([x & MASK32 for x in seeds]), self.staged.put([x >> 32 for x in seeds]),
+                any(not p.greedy and p.top_p < 1.0 for p in params))
+
+    def _sampling_batch(self, staged: tuple | None, positions: torch.Tensor, rows: torch.Tensor,
+                        n: int) -> SamplingBatch | None:
+        if staged is None:
+            return None
+        temp, top_p, lo, hi, any_top_p = staged
+        counter = positions[rows[:n]] + 1  # the position the sampled token will take
+        return SamplingBatch(self.staged.view_f32(temp), self.staged.view_f32(top_p), self.staged.view(lo),
+                             self.staged.view(hi), counter, True, any_top_p)
+
+    def run(self, batch: PreparedBatch) -> list[tuple[Sequence, int]]:
+        """One forward over the whole batch, then one sampled token per completed sequence: the
+        step's one device-to-host read."""
+        bucket = self.graphs.fits(batch.attention, batch.input_ids.shape[0]) if self.graphs else None
+        if bucket is None:
+            logits = self.model(batch.input_ids, batch.positions, batch.attention, batch.logits_rows)
+        else:
+            logits = self.graphs.run(bucket, batch.input_ids, batch.positions, batch.attention,
+                                     self.decode_tables.table, batch.logits_rows)
+        n = len(batch.sampled_seqs)
+        tokens = self.sampler.sample(logits[:n], batch.sampled_seqs, batch.sampling).tolist() if n else []
+        return list(zip(batch.sampled_seqs, tokens))

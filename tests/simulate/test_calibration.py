@@ -1,0 +1,170 @@
+"""The what-if model's constants: fitted by least squares, read from files that are checked."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from batchtop.core_engine.config import preset
+from batchtop.core_engine.model.cost import StepCost
+from batchtop.core_engine.errors import ConfigError
+from batchtop.core_engine.perf.device_peaks import DevicePeaks
+from batchtop.core_engine.model.cost import Chunk, step_cost
+from batchtop.core_engine.simulate.calibration import DEFAULT, Calibration, load_calibration
+from batchtop.core_engine.simulate.fit import fit_calibration, predict
+from batchtop.core_engine.perf.decode_sweep import StepSample, sweep_means
+
+PEAKS = DevicePeaks("Test GPU", 1e12, 1e11, "datasheet:test")  # ridge at 10 FLOP/B
+TRUE = Calibration(compute_efficiency=0.4, memory_efficiency=0.7, attention_efficiency=0.5, step_overhead_s=0.002)
+
+
+def measured(batch: int, cost: StepCost, truth: Calibration = TRUE) -> StepSample:
+    """A step as a device that runs exactly the model at `truth` would time it."""
+    return StepSample(batch, cost, predict(truth, StepSample(batch, cost, 0.0), PEAKS))
+
+
+def samples(intensities: list[float], truth: Calibration = TRUE) -> list[StepSample]:
+    """Steps whose GEMMs run at these FLOP/byte, their bytes (weights and activations) growing with the
+    batch, beside an attention (4 FLOP/byte, as in a grouped-query model) whose KV traffic grows too,
+    at a short and a long context in turn: the roofs and the overhead separate."""
+    out = []
+    for i, x in enumerate(intensities):
+        gemm_bytes, kv_bytes = 1e9 * (1 + 0.05 * i), 2.5e8 * (1 + i) * (4 if i % 2 else 1)
+        cost = StepCost(flops=x * gemm_bytes + 4 * kv_bytes, bytes=gemm_bytes + kv_bytes,
+                        weight_flops=x * gemm_bytes, attn_flops=4 * kv_bytes, weight_bytes=1e9, kv_bytes=kv_bytes)
+        out.append(measured(i + 1, cost, truth))
+    return out
+
+
+def test_the_fit_recovers_known_constants_from_steps_on_both_sides_of_the_ridge():
+    fit = fit_calibration(samples([0.5, 1, 2, 4, 8, 16, 32, 64]), PEAKS, source="t", fitted_on={})
+    cal = fit.calibration
+    assert cal.compute_efficiency == pytest.approx(0.4, rel=0.02)
+    assert cal.memory_efficiency == pytest.approx(0.7, rel=0.02)
+    assert cal.attention_efficiency == pytest.approx(0.5, rel=0.02)
+    assert cal.step_overhead_s == pytest.approx(0.002, rel=0.1)
+    assert fit.rms_relative_error < 0.01
+
+
+def test_a_roof_the_steps_never_meet_is_reported_as_a_range_and_kept_near_the_default():
+    fit = fit_calibration(samples([0.5, 1, 2, 3]), PEAKS, source="t", fitted_on={})  # all memory-bound
+    lo, hi = fit.ranges["compute_efficiency"]
+    assert hi / lo > 10 and lo <= DEFAULT.compute_efficiency <= hi
+    assert fit.calibration.compute_efficiency == pytest.approx(DEFAULT.compute_efficiency, rel=0.02)
+    assert fit.calibration.memory_efficiency == pytest.approx(0.7, rel=0.02)
+    assert fit.calibration.attention_efficiency == pytest.approx(0.5, rel=0.02)
+    caveats = fit.caveats()  # what calibrate and the accuracy bench print
+    assert len(caveats) == 1 and caveats[0].startswith(f"compute_efficiency: any value in {lo:.2f}..{hi:.2f}")
+    assert f"kept {fit.calibration.compute_efficiency:.2f}, the nearest to the default" in caveats[0]
+
+
+CPU_LIKE = DevicePeaks("cpu-like", 170e9, 22e9, "measured:test")  # this 2-core host's measured roofs
+# KV streamed at 13 GB/s, the weights at a fitted 3x the copy bandwidth: this host's fits
+CPU_TRUE = Calibration(compute_efficiency=2.0, memory_efficiency=3.0, attention_efficiency=0.6, step_overhead_s=0.009)
+
+
+def decode(batch: int, context: int) -> StepCost:
+    return step_cost(preset("cpu-demo"), "bfloat16", [Chunk(context, 1)] * batch, num_logit_rows=batch)
+
+
+def sweep(contexts: tuple[int, ...], truth: Calibration = CPU_TRUE) -> list[StepSample]:
+    """`batchtop calibrate`'s sweep (batch 1, 8, 32 at each context) on a device that runs the model exactly."""
+    return [StepSample(b, decode(b, c), predict(truth, StepSample(b, decode(b, c), 0.0), CPU_LIKE), c)
+            for c in contexts for b in (1, 8, 32)]
+
+
+def test_a_sweep_at_two_contexts_recovers_all_four_constants_and_times_other_contexts_right():
+    fit = fit_calibration(sweep((128, 512)), CPU_LIKE, source="t", fitted_on={})
+    assert fit.calibration.constants() == pytest.approx(CPU_TRUE.constants(), rel=0.02)
+    assert fit.held == () and fit.rms_relative_error < 0.005
+    for batch, context in ((4, 1000), (20, 400), (48, 36), (64, 2000)):
+        step = StepSample(batch, decode(batch, context), 0.0)
+        assert predict(fit.calibration, step, CPU_LIKE) == pytest.approx(predict(CPU_TRUE, step, CPU_LIKE), rel=0.01)
+
+
+def test_a_sweep_at_one_context_holds_the_attention_efficiency_at_the_default():
+    # each row's KV read then grows exactly with its GEMM work: any attention efficiency fits, given
+    # a matching compute efficiency
+    fit = fit_calibration(sweep((128,)), CPU_LIKE, source="t", fitted_on={})
+    assert fit.held == ("attention_efficiency",) and "attention_efficiency" not in fit.ranges
+    assert fit.calibration.attention_efficiency == DEFAULT.attention_efficiency
+    assert fit.rms_relative_error < 0.005
+    assert fit.as_dict()["held_at_default"] == ["attention_efficiency"]
+    assert fit.caveats()[0].startswith("attention_efficiency: these steps' contexts are too alike")
+
+
+def test_a_few_hundred_steps_with_a_few_percent_of_noise_still_fit_the_attention_efficiency():
+    steps = [StepSample(s.batch, s.cost, s.seconds * (1 + 0.01 * (i % 7 - 3)), s.context)
+             for i, s in enumerate(sweep((128, 512)) * 50)]
+    fit = fit_calibration(steps, CPU_LIKE, source="t", fitted_on={})
+    assert fit.calibration.attention_efficiency == pytest.approx(0.6, rel=0.05)
+
+
+def test_sweep_means_keep_one_step_per_batch_and_context_and_leave_a_burst_out():
+    steps = [StepSample(4, StepCost(1.0, 2.0), t, 128) for t in (0.010, 0.011, 0.500, 0.010)] + [
+        StepSample(4, StepCost(1.0, 3.0), 0.015, 512), StepSample(8, StepCost(2.0, 2.0), 0.02, 128)]
+    assert [(s.batch, s.context, s.seconds) for s in sweep_means(steps)] == [
+        (4, 128, pytest.approx(0.031 / 3)), (4, 512, 0.015), (8, 128, 0.02)]
+
+
+def test_sweep_means_stay_between_the_two_speeds_of_a_host_that_flips_between_them():
+    # 5 steps at 10 ms and 4 at 13: the median is the fast speed, the time they took averages 11.3 ms
+    steps = [StepSample(1, StepCost(1.0, 2.0), t, 128) for t in [0.010] * 5 + [0.013] * 4]
+    assert sweep_means(steps)[0].seconds == pytest.approx(0.102 / 9)
+
+
+def test_sweep_means_keep_the_gemm_and_attention_work_apart():
+    steps = [StepSample(2, decode(2, context), 0.01, 100) for context in (100, 101, 102)]
+    assert sweep_means(steps)[0].cost == decode(2, 101)  # the mean step's figures, every field
+
+
+def write(tmp_path, content) -> str:
+    path = tmp_path / "cal.json"
+    path.write_text(content if isinstance(content, str) else json.dumps(content))
+    return str(path)
+
+
+GOOD = {"compute_efficiency": 0.5, "memory_efficiency": 0.75, "attention_efficiency": 0.6, "step_overhead_s": 0.001}
+
+
+def test_a_calibration_file_is_read_with_its_provenance(tmp_path):
+    path = write(tmp_path, {**GOOD, "schema": "batchtop.calibration/1", "fitted_on": {"device": "X"}})
+    cal = load_calibration(path)
+    assert cal.constants() == GOOD
+    assert cal.source == path and cal.fitted_on == {"device": "X"}
+
+
+def test_a_file_from_before_the_attention_efficiency_charges_the_kv_read_at_its_memory_efficiency(tmp_path):
+    old = {k: v for k, v in GOOD.items() if k != "attention_efficiency"}
+    cal = load_calibration(write(tmp_path, {**old, "schema": "batchtop.calibration/1"}))
+    assert cal.attention_efficiency == cal.memory_efficiency == 0.75
+
+
+@pytest.mark.parametrize("content,needle", [
+    ("{not json", "not JSON"),
+    ("[1, 2]", "must be a JSON object"),
+    ({**GOOD, "schema": "other/2"}, "schema is 'other/2'"),
+    ({k: v for k, v in GOOD.items() if k != "memory_efficiency"}, "memory_efficiency is missing"),
+    ({**GOOD, "compute_efficiency": -0.5}, "compute_efficiency must be > 0, got -0.5"),
+    ({**GOOD, "step_overhead_s": 0}, "step_overhead_s must be > 0, got 0"),
+    ({**GOOD, "memory_efficiency": "high"}, "memory_efficiency must be a number"),
+    ({**GOOD, "memory_efficiency": True}, "memory_efficiency must be a number"),
+    ('{"compute_efficiency": NaN, "memory_efficiency": 1, "step_overhead_s": 1}', "compute_efficiency must be a number"),
+    ({**GOOD, "attention_efficiency": 0}, "attention_efficiency must be > 0, got 0"),
+    ({**GOOD, "attention_efficiency": -0.8}, "attention_efficiency must be > 0, got -0.8"),
+    ({**GOOD, "attention_efficiency": "0.8"}, "attention_efficiency must be a number, got '0.8'"),
+    ({**GOOD, "attention_efficiency": None}, "attention_efficiency must be a number, got None"),
+    ('{"compute_efficiency": 1, "memory_efficiency": 1, "attention_efficiency": NaN, "step_overhead_s": 1}',
+     "attention_efficiency must be a number, got nan"),
+])
+def test_a_bad_calibration_file_is_refused_naming_the_file_and_the_constant(tmp_path, content, needle):
+    path = write(tmp_path, content)
+    with pytest.raises(ConfigError) as err:
+        load_calibration(path)
+    assert str(err.value).startswith(f"--calibration: {path}: ") and needle in str(err.value)
+
+
+def test_a_missing_calibration_file_is_refused(tmp_path):
+    with pytest.raises(ConfigError, match="no such file"):
+        load_calibration(str(tmp_path / "nope.json"))

@@ -1,0 +1,92 @@
+"""Shared pieces of the attach tests: the real vLLM captures, expositions written by prometheus_client
+under SGLang's documented names, and a local HTTP server whose /metrics misbehaves on demand."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+
+from batchtop.core_engine.attach.sample import ReplicaSample, parse_exposition
+from batchtop.core_engine.attach.scrape import LIVE, ScrapeResult
+
+DATA = Path(__file__).resolve().parents[1] / "data"
+VLLM_IDLE = DATA / "vllm-0.32-cpu-idle.prom"
+VLLM_T0 = DATA / "vllm-0.32-cpu-load-t0.prom"
+VLLM_T2 = DATA / "vllm-0.32-cpu-load-t2s.prom"
+
+
+def vllm_sample(path: Path, t: float) -> ReplicaSample:
+    return parse_exposition(path.read_text(encoding="utf-8"), t)
+
+
+def live(sample: ReplicaSample) -> ScrapeResult:
+    return ScrapeResult(LIVE, None, sample, 0.01)
+
+
+def sglang_text(running: int, queued: int, token_usage: float, prompt: int, generated: int,
+                ttfts: list[float]) -> str:
+    """An SGLang-style exposition (names and labels as its Production Metrics page lists them)."""
+    r = CollectorRegistry()
+    labels = {"model_name": "meta-llama/Llama-3.1-8B-Instruct"}
+    for name, doc, value in (("sglang:num_running_reqs", "running", running),
+                             ("sglang:num_queue_reqs", "queued", queued),
+                             ("sglang:token_usage", "token usage", token_usage),
+                             ("sglang:gen_throughput", "gen throughput", 0.0)):
+        Gauge(name, doc, list(labels), registry=r).labels(**labels).set(value)
+    Counter("sglang:prompt_tokens", "prefill tokens", list(labels), registry=r).labels(**labels).inc(prompt)
+    Counter("sglang:generation_tokens", "generation tokens", list(labels), registry=r).labels(**labels).inc(generated)
+    h = Histogram("sglang:time_to_first_token_seconds", "ttft", list(labels), registry=r,
+                  buckets=(0.1, 0.2, 0.4, 0.8, 1.6, 3.2)).labels(**labels)
+    for v in ttfts:
+        h.observe(v)
+    return generate_latest(r).decode()
+
+
+class FlakyMetrics:
+    """What the fake server's /metrics answers; tests change `mode` and `text` between scrapes."""
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+        self.mode = "ok"  # ok | stall | error | garbage
+        self.stall_s = 2.0
+
+
+@contextmanager
+def flaky_server(state: FlakyMetrics) -> Iterator[str]:
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # noqa: N802 (http.server's name)
+            if state.mode == "stall":
+                time.sleep(state.stall_s)
+            if state.mode == "error":
+                body, code = b"internal error", 500
+            elif state.mode == "garbage":
+                body, code = b"<html><body>Welcome to nginx!</body></html>", 200
+            else:
+                body, code = state.text.encode(), 200
+            try:
+                self.send_response(code)
+                self.send_header("Content-Type", "text/plain; version=0.0.4")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+            except (BrokenPipeError, ConnectionResetError):
+                pass  # the scraper gave up on a stalled answer
+
+        def log_message(self, *args) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    server.daemon_threads = True
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()

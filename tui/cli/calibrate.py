@@ -1,0 +1,114 @@
+"""`batchtop calibrate`: fit the what-if model's four constants to steps measured on this device
+(a short decode sweep at two contexts), or to the steps of a session recorded anywhere (--from-trace)."""
+
+from __future__ import annotations
+
+import statistics
+import sys
+
+import torch
+from rich.console import Console
+from rich.table import Table
+
+from batchtop.core_engine.engine.engine import Engine
+from batchtop.core_engine.sched.kv_cache import cdiv
+from batchtop.core_engine.errors import ConfigError
+from batchtop.core_engine.perf.device_peaks import DevicePeaks, device_peaks
+from batchtop.core_engine.run.resolve import resolve_config
+from batchtop.core_engine.trace.trace import read_trace
+from batchtop.core_engine.trace.schema import HeaderError, engine_header
+from batchtop.core_engine.simulate.calibration import CALIBRATION_SCHEMA
+from batchtop.core_engine.simulate.fit import Fit, fit_calibration, predict
+from batchtop.core_engine.perf.decode_sweep import (StepSample, decode_sweep, sweep_means, sweep_points,
+                                                        typical_seconds)
+from batchtop.tui.cli.headless import note
+from batchtop.tui.cli.options import bad_input_exits
+from batchtop.tui.cli.output import check_outputs, deliver_json
+
+
+def parse_lengths(option: str, text: str) -> list[int]:
+    """Comma-separated integers >= 1, distinct and sorted; a ConfigError naming `option` otherwise."""
+    try:
+        values = [int(v) for v in text.split(",")]
+    except ValueError:
+        raise ConfigError(option, f"must be comma-separated integers, got {text!r}") from None
+    if any(v < 1 for v in values):
+        raise ConfigError(option, f"must all be >= 1, got {text!r}")
+    return sorted(set(values))
+
+
+def parse_batches(text: str) -> list[int]:
+    batches = parse_lengths("--batches", text)
+    if len(batches) < 2:
+        raise ConfigError("--batches", f"needs two or more distinct batch sizes >= 1 (the overhead and the "
+                                       f"per-row costs are fitted apart), got {text!r}")
+    return batches
+
+
+def measured_sweep(opts: dict, batches: list[int], contexts: list[int]) -> tuple[list[StepSample], DevicePeaks, dict]:
+    steps = opts["steps"]
+    # the model's holder: each point of the sweep decodes on a KV pool of its own (decode_sweep)
+    config = resolve_config(model=opts["model"], device=opts["device"], dtype=opts["dtype"],
+                            max_num_seqs=max(batches), max_num_batched_tokens=max(batches) * max(contexts),
+                            num_kv_blocks=cdiv(max(contexts) + steps + 4, 16), seed=opts["seed"])
+    note(f"measuring decode steps of {config.model.name} ({config.dtype}) on {config.device} at batch "
+         f"{', '.join(map(str, batches))}, context {' and '.join(map(str, contexts))}: {steps} steps each a "
+         f"round, {opts['rounds']} rounds, one step of each in turn")
+    engine = Engine(config)
+    peaks = device_peaks(config.device, config.dtype)
+    samples = sweep_means(decode_sweep(engine, batches, contexts, steps, opts["rounds"]))
+    return samples, peaks, {"device": peaks.device_name, "model": config.model.name, "dtype": config.dtype,
+                            "batches": batches, "contexts": contexts, "steps": steps, "rounds": opts["rounds"],
+                            "torch": torch.__version__, "threads": torch.get_num_threads()}
+
+
+def recorded_steps(path: str) -> tuple[list[StepSample], DevicePeaks, dict]:
+    trace = read_trace(path)
+    if trace.header.get("simulated"):
+        raise ConfigError("--from-trace", f"{path}: a simulated session: its step times are modelled, not measured")
+    try:
+        config, peaks = engine_header(trace.header)
+    except HeaderError as exc:
+        raise ConfigError("--from-trace", f"{path}:1: {exc}") from None
+    if peaks is None:
+        raise ConfigError("--from-trace", f"{path}: the trace records no device peaks")
+    samples = [StepSample(snap.num_seqs, snap.cost, snap.step_time_s)
+               for _, snap in trace.snapshots() if snap is not None and snap.is_step and snap.step_time_s > 0]
+    if len({s.cost for s in samples}) < 2:
+        raise ConfigError("--from-trace", f"{path}: needs two or more different steps to fit, has {len(samples)}")
+    return samples, peaks, {"device": peaks.device_name, "model": config.model.name,
+                            "dtype": config.dtype, "trace": path, "steps": len(samples)}
+
+
+def fit_table(fit: Fit, samples: list[StepSample], peaks: DevicePeaks) -> Table:
+    table = Table()
+    for column in ("batch", "context", "measured ms", "predicted ms", "error"):
+        table.add_column(column, justify="right")
+    for batch, context in sweep_points(samples):
+        mine = [s for s in samples if (s.batch, s.context) == (batch, context)]
+        measured, kept = typical_seconds([s.seconds for s in mine])
+        predicted = statistics.mean(predict(fit.calibration, s, peaks) for s, k in zip(mine, kept) if k)
+        table.add_row(str(batch), "varied" if context is None else str(context), f"{1e3 * measured:.2f}",
+                      f"{1e3 * predicted:.2f}", f"{100 * (predicted / measured - 1):+.1f}%")
+    return table
+
+
+def run_calibrate(opts: dict, output: str) -> None:
+    with bad_input_exits():
+        check_outputs({"--output": output}, {"--from-trace": opts["from_trace"]})
+        if opts["from_trace"] is not None:
+            samples, peaks, fitted_on = recorded_steps(opts["from_trace"])
+        else:
+            samples, peaks, fitted_on = measured_sweep(opts, parse_batches(opts["batches"]),
+                                                       parse_lengths("--context", opts["context"]))
+    fit = fit_calibration(samples, peaks, source=output, fitted_on=fitted_on)
+    for caveat in fit.caveats():  # what these steps could not pin down
+        note(caveat)
+    doc = {"schema": CALIBRATION_SCHEMA, **fit.calibration.constants(),
+           "fitted_on": {**fitted_on, "peaks": peaks.as_dict()}, "fit": fit.as_dict(),
+           "samples": [s.as_dict() for s in samples]}
+    if not deliver_json(doc, output):
+        sys.exit(1)
+    console = Console(file=sys.stderr if output == "-" else sys.stdout)
+    console.print(f"fitted: {fit.calibration.describe()}", soft_wrap=True, highlight=False)
+    console.print(fit_table(fit, samples, peaks))

@@ -1,0 +1,120 @@
+"""`batchtop --headless`: run the workload to completion, write the metrics JSON, exit 0/1/2/130."""
+
+from __future__ import annotations
+
+import signal
+import sys
+import traceback
+
+import click
+
+from batchtop.core_engine.perf.device_peaks import DevicePeaks, device_peaks
+from batchtop.core_engine.engine.engine import Engine
+from batchtop.core_engine.run.headless import RunResult, run_workload
+from batchtop.core_engine.run.session import Session
+from batchtop.core_engine.run.stop import exit_status
+from batchtop.core_engine.engine.snapshot import StepSnapshot
+from batchtop.tui.cli.options import (EXIT_ENGINE_FAILURE, Setup, bad_input_exits, build_setup,
+                         workload_info)
+from batchtop.tui.cli.output import deliver_json
+from batchtop.tui.cli.progress import StderrProgress
+from batchtop.gpu_kernels import cpu_kernels
+
+
+def note(message: str) -> None:
+    click.echo(f"batchtop: {message}", err=True)
+
+
+def build_engine(setup: Setup) -> Engine:
+    c = setup.config
+    sim = setup.simulation
+    if sim is not None:
+        note(f"simulating {c.model.name} ({c.model.num_params() / 1e6:.0f}M params, {c.dtype}) on "
+             f"{sim.device.label}: no model runs, each step's time comes from the roofline model; "
+             f"{c.num_kv_blocks} KV blocks x {c.block_size} tokens; {len(setup.requests)} requests")
+        note(f"calibration: {sim.calibration.describe()}")
+        if sim.mismatch():
+            note(f"warning: {sim.mismatch()}")
+        return sim.engine(c)
+    verb = "building" if c.model.checkpoint is None else f"loading {c.model.checkpoint}:"
+    note(f"{verb} {c.model.name} ({c.model.num_params() / 1e6:.0f}M params, {c.dtype}) on {c.device}; "
+         f"{c.num_kv_blocks} KV blocks x {c.block_size} tokens; {len(setup.requests)} requests")
+    with bad_input_exits():  # a tensor the header promised but the file cannot deliver
+        engine = Engine(c)
+    if c.device == "cpu" and not cpu_kernels.available():
+        note(f"CPU kernels unavailable ({cpu_kernels.why_unavailable()}): attention and the elementwise "
+             "steps run as plain torch ops, slower")
+    return engine
+
+
+def pace_workload(setup: Setup, engine: Engine) -> Setup:
+    if setup.spec.auto_pace:
+        note("measuring this engine's step costs to pace the bundled trace (--time-scale overrides)")
+    setup = setup.paced(engine)
+    if setup.spec.pace_note:
+        note(setup.spec.pace_note)
+    return setup
+
+
+def load_peaks(setup: Setup) -> DevicePeaks:
+    c = setup.config
+    peaks = setup.simulation.peaks if setup.simulation is not None else device_peaks(c.device, c.dtype)
+    note(f"roofs: {peaks.peak_flops / 1e9:.0f} GFLOP/s, {peaks.peak_bytes_per_s / 1e9:.1f} GB/s ({peaks.source})")
+    return peaks
+
+
+def warn_rejections(snap: StepSnapshot) -> None:
+    for _, reason in snap.rejected:
+        note(f"warning: rejected {reason}")
+
+
+def run_and_report(engine: Engine, setup: Setup, label: str = "", session: Session | None = None) -> RunResult:
+    progress = StderrProgress(len(setup.requests), label=label)
+
+    def on_step(snap: StepSnapshot) -> None:
+        warn_rejections(snap)
+        progress.update(snap)
+
+    result = run_workload(engine, setup.requests, session, on_step=on_step)
+    progress.close()
+    return result
+
+
+def metrics_document(result: RunResult, setup: Setup, config_dict: dict, peaks: DevicePeaks | None) -> dict:
+    doc = result.collector.summary(config_dict, complete=result.complete,
+                                   workload=workload_info(setup.spec, setup.requests), peaks=peaks)
+    if setup.simulation is not None:
+        doc["simulated"] = setup.simulation.as_dict()
+    if result.error is not None:
+        doc["error"] = f"{type(result.error).__name__}: {result.error}"
+    elif result.interrupted:
+        doc["error"] = "interrupted"
+        doc["interrupted_by"] = signal.Signals(result.signal).name
+    elif result.stopped_by_script:
+        doc["stopped_by"] = "script"
+    return doc
+
+
+def exit_code(result: RunResult) -> int:
+    if result.error is not None:
+        note("engine failure: " + "".join(traceback.format_exception(result.error)).rstrip())
+        return EXIT_ENGINE_FAILURE
+    if result.interrupted:
+        note(f"interrupted by {signal.Signals(result.signal).name}: metrics cover what finished so far "
+             "(complete: false)")
+        return exit_status(result.signal)
+    return 0
+
+
+def run_headless(opts: dict, output: str | None) -> None:
+    with bad_input_exits():
+        setup = build_setup(opts, output="-" if output is None else output)  # no -o: stdout
+    engine = build_engine(setup)
+    setup = pace_workload(setup, engine)
+    peaks = load_peaks(setup)
+    result = run_and_report(engine, setup, session=setup.open_session(engine, peaks))
+    if setup.record:
+        note(f"recorded {setup.record}")
+    written = deliver_json(metrics_document(result, setup, engine.config.as_dict(), peaks), output)
+    code = exit_code(result)
+    sys.exit(code or (0 if written else EXIT_ENGINE_FAILURE))

@@ -1,0 +1,203 @@
+"""The `batchtop` command line. Imports no Textual until the dashboard actually starts."""
+
+from __future__ import annotations
+
+import signal
+import sys
+import threading
+
+import click
+
+from batchtop.core_engine.config import PRESETS
+from batchtop.core_engine.run.stop import Terminated, exit_status, raise_terminated
+from batchtop.tui.cli.options import SEED, engine_options, session_options
+
+CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
+
+
+class Batchtop(click.Group):
+    """Ctrl-C or SIGTERM outside a run (loading a model, measuring the machine) exits 130 / 143 with
+    one line, not click's "Aborted!"; during a run the driver stops at a step boundary instead."""
+
+    def invoke(self, ctx: click.Context):
+        if threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGTERM, raise_terminated)
+            # Python leaves SIGINT ignored when it starts so (a `cmd &` job of a script), though a run
+            # catches it anyway (session.stop): say the same before and after the run
+            signal.signal(signal.SIGINT, signal.default_int_handler)
+        try:
+            return super().invoke(ctx)
+        except KeyboardInterrupt as exc:
+            signum = signal.SIGTERM if isinstance(exc, Terminated) else signal.SIGINT
+            click.echo(f"batchtop: stopped by {signum.name}", err=True)
+            sys.exit(exit_status(signum))
+
+
+@click.group(cls=Batchtop, invoke_without_command=True, context_settings=CONTEXT)
+@engine_options
+@session_options
+@click.option("--theme", type=click.Choice(["dark", "light", "colourblind"]), default="dark", show_default=True,
+              help="Dashboard colours; `t` cycles them live.")
+@click.option("--headless", is_flag=True,
+              help="No screen: run the workload to completion and write the metrics JSON (schema batchtop.metrics/1).")
+@click.option("-o", "--output", type=str, default=None, metavar="FILE",
+              help="--headless: write the metrics JSON here instead of stdout.")
+@click.version_option(package_name="batchtop")
+@click.pass_context
+def main(ctx: click.Context, headless: bool, output: str | None, theme: str, **opts) -> None:
+    """See how an LLM inference engine batches: a real paged-KV continuous batcher, live.
+
+    With no command, opens the dashboard on the default workload (the bundled Azure conversation
+    trace sample) and the default model for this device. Keys there: s static/continuous,
+    +/- max_num_seqs, space pause, ? help.
+    """
+    if ctx.invoked_subcommand is not None:
+        return
+    if headless:
+        from batchtop.tui.cli.headless import run_headless
+        run_headless(opts, output)
+    else:
+        from batchtop.tui.cli.dashboard import run_dashboard
+        run_dashboard(opts, theme=f"batchtop-{theme}")
+
+
+@main.command(context_settings=CONTEXT)
+@engine_options
+@click.option("-o", "--output", type=str, default="batchtop-compare.json", show_default=True, metavar="FILE",
+              help="Where to write the batchtop.compare/1 JSON ('-' for stdout; the table then goes to stderr).")
+def compare(output: str, **opts) -> None:
+    """Run one workload under static, then continuous batching, and print the difference.
+
+    Same seed, same request lengths, same model. Arrivals default to all-at-once (--time-scale 0) and
+    the first 256 requests, so the comparison measures throughput, not the arrival rate.
+    """
+    from batchtop.tui.cli.compare import run_compare
+    run_compare(opts, output)
+
+
+@main.command(context_settings=CONTEXT)
+@engine_options
+@session_options
+@click.option("--host", default="127.0.0.1", show_default=True,
+              help="Address to listen on; anything but loopback exposes the engine to the network.")
+@click.option("--port", type=click.IntRange(0, 65535), default=8000, show_default=True, help="0 picks a free port.")
+@click.option("--api-key", default=None, envvar="BATCHTOP_API_KEY", show_envvar=True,
+              help="Require `Authorization: Bearer KEY` on every /v1 route (/health and /metrics stay open).")
+@click.option("--served-model-name", default=None, metavar="NAME",
+              help="The model name clients send and /v1/models lists. [default: the model preset's name]")
+@click.option("--max-waiting", type=click.IntRange(min=1), default=None,
+              help="Answer 503 + Retry-After while this many requests wait. [default: unbounded]")
+@click.option("--shutdown-grace", type=click.FloatRange(0, 600), default=5.0, show_default=True,
+              help="Seconds in-flight requests get to finish on Ctrl-C / SIGTERM before they are ended.")
+@click.option("--headless", is_flag=True, help="No dashboard: serve, and log a one-line summary every 5 s.")
+@click.option("--theme", type=click.Choice(["dark", "light", "colourblind"]), default="dark", show_default=True)
+def serve(host: str, port: int, api_key: str | None, served_model_name: str | None, max_waiting: int | None,
+          shutdown_grace: float, headless: bool, theme: str, **opts) -> None:
+    """Serve the engine over HTTP, OpenAI-compatible, with vLLM-named /metrics.
+
+    POST /v1/completions and /v1/chat/completions (streaming as server-sent events), GET /v1/models,
+    /health and /metrics. By default the dashboard opens with the server inside it, so any OpenAI
+    client or load generator drives the panels; --workload replays a workload beside the clients.
+    """
+    from batchtop.tui.cli.serve import ServeOptions, run_serve
+    run_serve(opts, ServeOptions(host, port, api_key, served_model_name, max_waiting, shutdown_grace, headless,
+                                 f"batchtop-{theme}"))
+
+
+@main.command(context_settings=CONTEXT)
+@click.argument("trace", metavar="TRACE")
+@click.option("--headless", is_flag=True, help="No screen: recompute the metrics JSON from the trace.")
+@click.option("-o", "--output", type=str, default=None, metavar="FILE", help="--headless: metrics JSON file (default stdout).")
+@click.option("--speed", type=click.FloatRange(0.25, 16), default=1.0, show_default=True,
+              help="Playback speed (< and > change it live).")
+@click.option("--theme", type=click.Choice(["dark", "light", "colourblind"]), default="dark", show_default=True)
+def replay(trace: str, headless: bool, output: str | None, speed: float, theme: str) -> None:
+    """Replay a recorded session (from --record) in the dashboard, or recompute its metrics.
+
+    Keys: space pause, < / > slower / faster (0.25x..16x), n next step, g / G start / end.
+    """
+    from batchtop.tui.cli.replay import run_replay
+    run_replay(trace, headless=headless, output=output, speed=speed, theme=f"batchtop-{theme}")
+
+
+@main.command(context_settings=CONTEXT)
+@click.option("-o", "--output", type=str, default="batchtop-calibration.json", show_default=True, metavar="FILE",
+              help="Where to write the calibration JSON ('-' for stdout); use it with --simulate --calibration FILE.")
+@click.option("--model", type=click.Choice(["auto", *PRESETS]), default="auto", show_default=True)
+@click.option("--device", type=click.Choice(["auto", "cpu", "cuda"]), default="auto", show_default=True)
+@click.option("--dtype", type=click.Choice(["auto", "float32", "bfloat16", "float16"]), default="auto",
+              show_default=True)
+@click.option("--batches", default="1,8,32", show_default=True, help="Batch sizes of the decode sweep.")
+@click.option("--context", default="128,512", show_default=True,
+              help="Tokens of context per sequence, one sweep at each; two lengths tell attention's KV read "
+                   "from the GEMMs' per-row work (one: the attention efficiency keeps its default).")
+@click.option("--steps", type=click.IntRange(min=2), default=8, show_default=True,
+              help="Measured decode steps per batch size, context and round.")
+@click.option("--rounds", type=click.IntRange(1, 50), default=3, show_default=True,
+              help="Rounds of --steps decode steps at every batch size and context, one step of each in turn "
+                   "(each point starts over from its context every round); each one's mean step is fitted "
+                   "(steps over 3x its median, a neighbour's burst, left out).")
+@click.option("--seed", type=SEED, default=0, show_default=True)
+@click.option("--from-trace", type=str, default=None, metavar="TRACE",
+              help="Fit to the steps of a recorded session (from --record, on any device) instead of measuring here.")
+def calibrate(output: str, **opts) -> None:
+    """Fit the what-if model (compute, memory and attention efficiency, per-step overhead) to measured steps.
+
+    Runs a short decode sweep on this device, every batch size at each context, and least-squares fits
+    each step's measured time to its GEMMs' time, max(weight FLOPs / (peak x compute eff), weight and
+    activation bytes / (peak B/s x memory eff)), plus its attention's, max(attention FLOPs / (peak x
+    compute eff), KV bytes / (peak B/s x attention eff)), + overhead. Run it on a quiet machine: a busy
+    neighbour slows every step it measures.
+    """
+    from batchtop.tui.cli.calibrate import run_calibrate
+    run_calibrate(opts, output)
+
+
+@main.command("export-checkpoint", context_settings=CONTEXT)
+@click.argument("out_dir", metavar="DIR")
+@click.option("--model", type=click.Choice(list(PRESETS)), default="cpu-demo", show_default=True,
+              help="The preset to export.")
+@click.option("--seed", type=SEED, default=0, show_default=True, help="The engine's weight seed (--seed there).")
+@click.option("--dtype", type=click.Choice(["float32", "bfloat16"]), default="float32", show_default=True,
+              help="Weights on disk; float32 is exact for the engine at any dtype.")
+def export_checkpoint(out_dir: str, model: str, seed: int, dtype: str) -> None:
+    """Write a preset as a Hugging Face model directory (new or empty DIR).
+
+    The weights are the ones the engine draws for that preset and seed (on the CPU), with config.json,
+    generation_config.json and a byte-level BPE tokenizer, so transformers, vLLM and `--model DIR`
+    all run exactly the weights batchtop runs.
+    """
+    from batchtop.tui.cli.export import run_export
+    run_export(out_dir, model, seed, dtype)
+
+
+@main.command(context_settings=CONTEXT)
+@click.argument("urls", nargs=-1, required=True, metavar="URL [URL ...]")
+@click.option("--interval", type=click.FloatRange(min=0.05, max=3600), default=1.0, show_default=True,
+              help="Seconds between scrapes of every URL.")
+@click.option("--window", type=click.FloatRange(min=1), default=30.0, show_default=True,
+              help="Seconds of histogram buckets behind each percentile on screen (headless: the whole run).")
+@click.option("--timeout", type=click.FloatRange(min=0.01), default=None,
+              help="Seconds a scrape may take before its replica is STALE. [default: 0.8 x --interval]")
+@click.option("--record", type=str, default=None, metavar="FILE",
+              help="Record every scrape as a trace (\"source\": \"attach\"); `batchtop replay FILE` plays it.")
+@click.option("--headless", is_flag=True, help="No screen: watch for --duration seconds, write batchtop.attach/1 JSON.")
+@click.option("--duration", type=click.FloatRange(min=0), default=None, metavar="S", help="--headless: seconds to watch.")
+@click.option("-o", "--output", type=str, default=None, metavar="FILE", help="--headless: JSON file (default stdout).")
+@click.option("--max-num-seqs", type=click.IntRange(min=1), default=None,
+              help="The servers' slot ceiling, when they do not expose it (vLLM and SGLang do not).")
+@click.option("--device", type=str, default=None, metavar="NAME",
+              help="The servers' GPU for the roofs (h200, h100, a100, l4, ... or cpu). [default: NVML on this host]")
+@click.option("--model", type=str, default=None, metavar="PRESET|DIR",
+              help="The served model's dims: estimates the roofline point when the server has no FLOP counters.")
+@click.option("--dtype", type=click.Choice(["bfloat16", "float16", "float32"]), default="bfloat16", show_default=True,
+              help="The served weights' dtype, for the estimate and the roofs.")
+@click.option("--theme", type=click.Choice(["dark", "light", "colourblind"]), default="dark", show_default=True)
+def attach(urls: tuple[str, ...], theme: str, **opts) -> None:
+    """Watch live vLLM, SGLang or batchtop servers through their /metrics.
+
+    URL is a server's base URL (/metrics is appended); several URLs are data-parallel replicas, shown
+    one row each with their aggregate and the replica that is out of line. Keys: p screenshot, t theme, q quit.
+    """
+    from batchtop.tui.cli.attach import AttachOptions, run_attach
+    run_attach(urls, AttachOptions(**opts, theme=f"batchtop-{theme}"))

@@ -1,0 +1,67 @@
+"""`batchtop replay TRACE`: play a recorded session in the dashboard, or recompute its metrics."""
+
+from __future__ import annotations
+
+import sys
+
+from batchtop.core_engine.config import EngineConfig
+from batchtop.core_engine.perf.device_peaks import DevicePeaks
+from batchtop.core_engine.perf.metrics import MetricsCollector
+from batchtop.core_engine.trace.trace import Trace, TraceError, read_trace
+from batchtop.core_engine.trace.schema import HeaderError, engine_header
+from batchtop.tui.cli.headless import note
+from batchtop.tui.cli.options import bad_input_exits
+from batchtop.tui.cli.output import check_outputs, deliver_json
+
+
+def recorded_engine(trace: Trace) -> tuple[EngineConfig, DevicePeaks | None]:
+    """The recorded engine's config and peaks; TraceError naming the field when the header lacks them."""
+    try:
+        return engine_header(trace.header)
+    except HeaderError as exc:
+        raise TraceError(f"{trace.path}:1: {exc}") from None
+
+
+def replay_metrics(trace: Trace) -> dict:
+    """The metrics JSON of the recorded run, folded from its snapshots exactly as the live run did."""
+    collector = MetricsCollector()
+    for _, snap in trace.snapshots():
+        if snap is not None:
+            collector.observe(snap)
+    end = trace.events[-1] if trace.events else {}
+    complete = end.get("type") == "end" and end.get("reason") == "finished"
+    _, peaks = recorded_engine(trace)
+    doc = collector.summary(trace.header["config"], complete=complete, workload=trace.header.get("workload"),
+                            peaks=peaks)
+    if trace.header.get("simulated"):
+        doc["simulated"] = trace.header["simulated"]
+    doc["replayed_from"] = trace.path
+    return doc
+
+
+def run_replay(path: str, *, headless: bool, output: str | None, speed: float, theme: str) -> None:
+    with bad_input_exits():
+        trace = read_trace(path)
+        check_outputs({"--output": output}, {"TRACE": path})
+        if trace.header.get("source") == "attach":  # from `batchtop attach --record`: its own panels
+            from batchtop.tui.cli.attach_replay import run_attach_replay
+            return run_attach_replay(trace, headless=headless, output=output, speed=speed, theme=theme)
+        config, peaks = recorded_engine(trace)
+        for warning in trace.warnings:
+            note(f"warning: {warning}")
+        if headless:  # every event is decoded here, inside the handler: an inconsistent one exits 2
+            doc = replay_metrics(trace)
+        else:
+            from batchtop.tui.sources.replay import ReplaySource
+            source = ReplaySource(trace, speed=speed)
+    if headless:
+        sys.exit(0 if deliver_json(doc, output) else 1)
+    from batchtop.tui.replay_app import ReplayApp  # Textual loads only here
+    from batchtop.tui.widgets.engine.waiting import arrivals_label
+
+    device = (trace.header.get("device") or {}).get("name", config.device)
+    how = "simulated, recorded" if trace.header.get("simulated") else "recorded"
+    app = ReplayApp(source, config, peaks, device_label=f"{device} ({how})",
+                    arrivals=arrivals_label(trace.header.get("workload")),
+                    theme=theme)
+    sys.exit(app.run() or 0)

@@ -1,0 +1,102 @@
+"""`batchtop serve`: the engine behind an OpenAI-compatible HTTP server, with or without the dashboard."""
+
+from __future__ import annotations
+
+import dataclasses
+import signal
+import socket
+import sys
+
+from batchtop.core_engine.errors import ConfigError
+from batchtop.core_engine.perf.device_peaks import DevicePeaks
+from batchtop.core_engine.perf.telemetry import TelemetrySampler
+from batchtop.core_engine.serve.app import create_app
+from batchtop.core_engine.serve.engine_loop import EngineLoop
+from batchtop.core_engine.serve.exporter import VllmMetrics
+from batchtop.core_engine.serve.hub import RequestHub
+from batchtop.core_engine.serve.prompts import ServedModel
+from batchtop.core_engine.serve.server import Server, bind_socket
+from batchtop.core_engine.serve.status_log import StatusLog
+from batchtop.core_engine.run.session import Session
+from batchtop.core_engine.torch_thread import call_in_thread
+from batchtop.tui.cli.headless import build_engine, load_peaks, note
+from batchtop.tui.cli.options import EXIT_ENGINE_FAILURE, Setup, bad_input_exits, build_setup, workload_info
+
+EXIT_SIGTERM = 128 + signal.SIGTERM
+
+
+@dataclasses.dataclass(frozen=True)
+class ServeOptions:
+    host: str
+    port: int
+    api_key: str | None
+    served_model_name: str | None
+    max_waiting: int | None
+    shutdown_grace: float
+    headless: bool
+    theme: str
+
+
+def run_serve(opts: dict, serve: ServeOptions) -> None:
+    with bad_input_exits():
+        setup = build_setup(opts)
+        if setup.simulation is not None:
+            raise ConfigError("--simulate", "a server answers real clients in real time; simulate with the "
+                                            "dashboard, --headless or compare")
+        if opts["workload_path"] is None:  # a server's requests come from its clients
+            setup = dataclasses.replace(setup, requests=[],
+                                        spec=dataclasses.replace(setup.spec, path="none", auto_pace=False))
+        sock = bind_socket(serve.host, serve.port)  # before the model loads: a taken port fails at once
+    engine, peaks = call_in_thread(lambda: (build_engine(setup), load_peaks(setup)))
+    session = setup.open_session(engine, peaks, show_text=not serve.headless)  # the dashboard shows text
+    model = ServedModel(serve.served_model_name or setup.config.model.name, setup.config, setup.tokenizer)
+    metrics = VllmMetrics(setup.config, model.name)
+    session.listeners.append(metrics)
+    if serve.headless:
+        sys.exit(_headless(session, model, metrics, sock, serve))
+    sys.exit(_dashboard(session, model, metrics, sock, serve, peaks, setup))
+
+
+def _headless(session: Session, model: ServedModel, metrics: VllmMetrics, sock: socket.socket,
+              serve: ServeOptions) -> int:
+    loop = EngineLoop(session)
+    hub = RequestHub(session.engine, wake=loop.wake, max_waiting=serve.max_waiting)
+    session.listeners.append(hub)
+    server = Server(create_app(model, hub, metrics, api_key=serve.api_key), hub, sock, grace_s=serve.shutdown_grace)
+    loop.on_exit = server.shutdown  # the engine died (or a script quit): answer what is in flight, then stop
+    status = StatusLog(session.engine, hub, note)
+    loop.start()
+    status.start()
+    note(f"serving {model.name} on {server.url} (/v1/completions, /v1/chat/completions, /v1/models, /health, "
+         f"/metrics); Ctrl-C stops")
+    server.run()
+    status.stop()
+    loop.stop()
+    if session.recorder is not None:
+        note(f"recorded {session.recorder.path}")
+    if loop.error is not None:
+        note(f"engine failure: {loop.error}")
+        return EXIT_ENGINE_FAILURE
+    return EXIT_SIGTERM if server.signal == signal.SIGTERM else 0
+
+
+def _dashboard(session: Session, model: ServedModel, metrics: VllmMetrics, sock: socket.socket, serve: ServeOptions,
+               peaks: DevicePeaks, setup: Setup) -> int:
+    from batchtop.tui.sources.live import EngineBridge  # Textual loads only here, never on the headless path
+    from batchtop.tui.serve_app import ServeApp
+    from batchtop.tui.widgets.engine.waiting import arrivals_label
+
+    bridge = EngineBridge(session.engine, setup.requests, session=session, serving=True)
+    hub = RequestHub(session.engine, wake=bridge.wake, max_waiting=serve.max_waiting)
+    session.listeners.append(hub)
+    server = Server(create_app(model, hub, metrics, api_key=serve.api_key), hub, sock, grace_s=serve.shutdown_grace,
+                    quiet=True)
+    server.start_in_thread()
+    config = session.engine.config
+    arrivals = arrivals_label(workload_info(setup.spec, setup.requests)) if setup.requests else ""
+    app = ServeApp(bridge, config, peaks, telemetry=TelemetrySampler(config.device), theme=serve.theme,
+                   arrivals=arrivals, url=server.url)
+    code = app.run()
+    server.shutdown()  # the engine thread has stopped and ended what was in flight
+    server.join()
+    return code or 0

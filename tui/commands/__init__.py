@@ -1,1 +1,0 @@
-"""One module per CLI command, plus the options and output rules they share. No Textual here."""

@@ -1,0 +1,83 @@
+"""The Device panel: what the engine runs on, its roofs, and live telemetry (NVML or the process)."""
+
+from __future__ import annotations
+
+import os
+
+from rich.text import Text
+
+from batchtop.core_engine.config import EngineConfig
+from batchtop.core_engine.perf.device_peaks import DevicePeaks
+from batchtop.core_engine.perf.telemetry import TelemetrySample
+from batchtop.core_engine.simulate.simulation import Simulation
+from batchtop.tui.sources.frame import DashboardFrame
+from batchtop.tui.widgets.common.panel import Panel
+from batchtop.tui.widgets.engine.roofline import si
+
+GIB = 1 << 30
+
+
+def _value(value: object, fmt: str) -> str:
+    return "unavailable" if value is None else fmt.format(value)
+
+
+class DevicePanel(Panel):
+    MODELLED = True  # a datasheet or measured device, not the one running
+
+    def __init__(self, config: EngineConfig, peaks: DevicePeaks | None, *, live: bool = True,
+                 simulation: Simulation | None = None, id: str | None = "device") -> None:
+        super().__init__(id=id)
+        self.config = config
+        self.peaks = peaks
+        self.live = live
+        self.simulation = simulation
+        self.sample: TelemetrySample | None = None
+
+    def content_key(self, frame: DashboardFrame) -> object:
+        return self.sample
+
+    def update_titles(self, frame: DashboardFrame) -> None:
+        self.border_title = "Device"
+
+    def render(self) -> Text:
+        c, p, s = self.config, self.peaks, self.sample
+        text = Text(no_wrap=True, overflow="ellipsis")
+        name = p.device_name if p is not None else c.device
+        text.append(f"{name}\n", self.style("foreground", bold=True))
+        text.append(f"{c.model.name} {si(c.model.num_params(), 'params')} · {c.dtype}\n", self.style("muted"))
+        if p is not None:
+            text.append(f"roofs {si(p.peak_flops, 'FLOP/s')} · {si(p.peak_bytes_per_s, 'B/s')}\n")
+            text.append(f"{p.source}\n", self.style("muted"))
+        if self.simulation is not None:
+            self._simulated(text, self.simulation)
+            return text
+        if s is None:
+            text.append("telemetry starting…" if self.live else "recorded session: no live telemetry",
+                        self.style("muted"))
+            return text
+        if s.kind == "cuda":
+            if not s.available:
+                text.append(f"GPU telemetry unavailable: {s.reason}\n", self.style("warning"))
+            else:
+                mem = (f"{s.mem_used_bytes / GIB:.1f}/{s.mem_total_bytes / GIB:.0f} GiB"
+                       if s.mem_used_bytes is not None and s.mem_total_bytes else "unavailable")
+                power = (f"{s.power_w:.0f}/{s.power_limit_w:.0f} W" if s.power_w is not None and s.power_limit_w
+                         else _value(s.power_w, "{:.0f} W"))
+                text.append(f"util {_value(s.gpu_util_pct, '{:.0f}%')} · mem {mem}\n")
+                text.append(f"power {power} · {_value(s.temperature_c, '{}°C')}\n")
+                text.append(f"SM {_value(s.sm_clock_mhz, '{}')}/{_value(s.sm_clock_max_mhz, '{}')} MHz\n")
+        rss = _value(None if s.process_rss_bytes is None else s.process_rss_bytes / GIB, "{:.2f} GiB")
+        text.append(f"process CPU {_value(s.process_cpu_pct, '{:.0f}%')} · RSS {rss}")
+        return text
+
+    def _simulated(self, text: Text, sim: Simulation) -> None:
+        """What a what-if run models instead of measuring."""
+        cal = sim.calibration
+        memory = f"memory {sim.device.memory / GIB:.0f} GiB · " if sim.device.memory else ""
+        text.append(f"{memory}KV pool {self.config.num_kv_blocks} blocks\n")
+        text.append(f"eff compute {cal.compute_efficiency:.2f} · memory {cal.memory_efficiency:.2f}\n")
+        text.append(f"attention {cal.attention_efficiency:.2f} · ")
+        # the file's name only: a panel this narrow would cut a full path off (the metrics JSON has it)
+        text.append(f"+{1e3 * cal.step_overhead_s:.1f} ms/step ({os.path.basename(cal.source)})\n",
+                    self.style("muted"))
+        text.append("no telemetry: no model runs", self.style("muted"))

@@ -1,0 +1,71 @@
+"""The Waiting panel: the queue in order, how long each request has waited, and why the head waits
+(the reason the scheduler published in the snapshot)."""
+
+from __future__ import annotations
+
+from rich.text import Text
+
+from batchtop.tui.sources.frame import DashboardFrame
+from batchtop.tui.widgets.common.panel import Panel, Runs
+
+
+def arrivals_label(workload: dict | None) -> str:
+    """How the workload's arrivals are played, from its metrics/trace `workload` record."""
+    scale = (workload or {}).get("time_scale")
+    if scale is None or scale == 1:
+        return ""
+    if scale == 0:
+        return "all arrived at once"
+    speed = f"{1 / scale:.2g}x"
+    return f"trace paced to {speed}" if (workload or {}).get("pace") else f"arrivals at {speed}"
+
+
+class WaitingPanel(Panel):
+    MODELLED = True  # waited times are simulated seconds
+
+    def __init__(self, arrivals: str = "", *, id: str | None = "waiting") -> None:
+        super().__init__(id=id)
+        self.arrivals = arrivals  # how the arrivals are paced, for the subtitle
+
+    def content_key(self, frame: DashboardFrame) -> object:
+        snap = frame.snapshot
+        if snap is None:
+            return None
+        head = tuple((w.request_id, w.num_preemptions) for w in snap.waiting[:40])
+        # waited times are shown in whole seconds when narrow and tenths when wide: tenths it is
+        return head, snap.num_waiting, snap.num_pending_arrivals, round(snap.t, 1), snap.wait_reason
+
+    def update_titles(self, frame: DashboardFrame) -> None:
+        snap = frame.snapshot
+        n = snap.num_waiting if snap is not None else 0
+        self.border_title = f"Waiting {n}"
+        later = snap.num_pending_arrivals if snap is not None else 0
+        parts = [f"{later} to arrive" if later else "", self.arrivals]
+        self.border_subtitle = " · ".join(p for p in parts if p)
+
+    def render(self) -> Text:
+        frame = self.frame
+        if frame is None or frame.snapshot is None:
+            return self.placeholder("no requests yet")
+        snap = frame.snapshot
+        if not snap.waiting:
+            return self.placeholder("queue empty")
+        width, height = self.content_size.width, self.content_size.height
+        out = Runs()
+        lines = 0
+        if snap.wait_reason is not None:  # the scheduler's own reason: the panel only displays it
+            out.add(snap.wait_reason.text(width)[:width] + "\n", self.style("warning", bold=True))
+            lines += 1
+        wide = width >= 30
+        header = f"{'request':<9}{'prompt':>7}{'max':>6}{'waited':>8}" if wide else f"{'req':<7}{'prompt':>6}{'wait':>5}"
+        out.add(header, self.style("muted"))
+        lines += 1
+        for w in snap.waiting[:max(0, height - lines)]:
+            out.newline()
+            waited = max(0.0, snap.t - w.arrival_s)
+            out.add(f"{w.request_id:<9.9}" if wide else f"{w.request_id:<7.7}", self.request_style(w.index))
+            out.add(f"{w.prompt_len:>7}{w.max_tokens:>6}{waited:>7.1f}s" if wide else f"{w.prompt_len:>6}{waited:>4.0f}s",
+                    self.style("foreground"))
+            if w.num_preemptions:
+                out.add(f" ↺{w.num_preemptions}", self.style("warning"))
+        return out.text()
