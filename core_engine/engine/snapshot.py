@@ -9,6 +9,7 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 
+from batchtop.core_engine.model.cost import StepCost
 from batchtop.core_engine.sched.request import Phase
 from batchtop.core_engine.sched.wait_reason import WaitReason
 
@@ -99,22 +100,6 @@ class Counters:
     generated_tokens: int = 0
     computed_tokens: int = 0  # every token the model processed: padding and recomputation included
     prompt_padding_tokens: int = 0  # static batching's left padding of prompts (part of computed_tokens)
-
-
-@dataclass(frozen=True, slots=True)
-class StepCost:
-    """Analytic work of one step (see core_engine.measure.roofline)."""
-
-    flops: float = 0.0
-    bytes: float = 0.0
-    weight_flops: float = 0.0
-    attn_flops: float = 0.0
-    weight_bytes: float = 0.0
-    kv_bytes: float = 0.0
-
-    @property
-    def intensity(self) -> float:
-        return self.flops / self.bytes if self.bytes else 0.0
 
 
 @dataclass(frozen=True, slots=True)
