@@ -34,7 +34,7 @@ from batchtop.core_engine.run.resolve import resolve_config
 from batchtop.core_engine.torch_thread import call_in_thread
 from batchtop.core_engine.workload.spec import WorkloadSpec, load_workload
 from batchtop.tui.app import BatchtopApp
-from batchtop.tui.sources.live import EngineBridge
+from batchtop.tui.sources.live import EngineSource
 
 
 def steady_throughput(collector: MetricsCollector) -> float:
@@ -46,8 +46,8 @@ def steady_throughput(collector: MetricsCollector) -> float:
 async def dashboard_run(engine: Engine, requests, config, peaks, timeline: bool, tokenizer: Tokenizer | None,
                         detail: bool) -> float:
     session = Session(engine, requests, text=TextDecoder(tokenizer) if tokenizer is not None else None)
-    bridge = EngineBridge(engine, requests, session=session)
-    app = BatchtopApp(bridge, config, peaks)
+    bridge = EngineSource(engine, requests, session=session, peaks=peaks)
+    app = BatchtopApp(bridge)
     async with app.run_test(size=(120, 36)) as pilot:
         if timeline:
             await pilot.press("v")

@@ -82,3 +82,95 @@ def test_the_headless_attach_path_never_imports_textual():
                "batchtop.tui.cli.replay", *all_modules(attach)]
     assert "batchtop.core_engine.attach.scrape" in modules
     assert loaded_after_importing(modules, ("textual",)) == []
+
+
+def module_graph() -> dict[str, set[str]]:
+    """Every batchtop module and the batchtop modules it imports, wherever in the file the import sits
+    (TYPE_CHECKING blocks too: a cycle there is one refactor away from a real one)."""
+    names: dict[str, Path] = {}
+    for top in TOP_LEVEL_PACKAGES:
+        for path in (ROOT / top).rglob("*.py"):
+            parts = list(path.relative_to(ROOT).with_suffix("").parts)
+            if parts[-1] == "__init__":
+                parts.pop()
+            names["batchtop." + ".".join(parts)] = path
+    graph: dict[str, set[str]] = {}
+    for name, path in names.items():
+        targets = set()
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Import):
+                targets |= {a.name for a in node.names}
+            elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                targets |= {node.module} | {f"{node.module}.{a.name}" for a in node.names}
+        graph[name] = {t for t in targets if t in names and t != name}
+    return graph
+
+
+def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    state: dict[str, int] = {}  # 1: on the current path, 2: done
+
+    def visit(node: str, path: list[str]) -> list[str] | None:
+        state[node] = 1
+        for nxt in sorted(graph.get(node, ())):
+            if state.get(nxt) == 1:
+                return path[path.index(nxt):] + [nxt] if nxt in path else [node, nxt]
+            if nxt not in state and (found := visit(nxt, path + [nxt])):
+                return found
+        state[node] = 2
+        return None
+
+    for start in sorted(graph):
+        if start not in state and (found := visit(start, [start])):
+            return found
+    return None
+
+
+def sub_package(module: str) -> str:
+    """batchtop.core_engine.engine.engine -> batchtop.core_engine.engine; widgets go one level deeper."""
+    parts = module.split(".")
+    depth = 4 if parts[1:3] == ["tui", "widgets"] else 3
+    return ".".join(parts[:depth]) if len(parts) > depth else ".".join(parts[:depth - 1])
+
+
+def test_no_module_imports_itself_back_through_a_cycle():
+    assert find_cycle(module_graph()) is None
+
+
+def test_the_sub_packages_of_core_engine_and_of_tui_depend_one_way():
+    """The program's entry point (tui/__main__.py) depends on everything and is left out."""
+    modules = {m: deps for m, deps in module_graph().items() if not m.endswith(".__main__")}
+    packages: dict[str, set[str]] = {}
+    for module, deps in modules.items():
+        packages.setdefault(sub_package(module), set()).update(sub_package(d) for d in deps)
+    for package, deps in packages.items():
+        deps.discard(package)
+    assert "batchtop.core_engine.sched" in packages and "batchtop.tui.widgets.engine" in packages
+    assert find_cycle(packages) is None
+
+
+def test_only_the_run_loop_and_the_measurement_probes_step_an_engine():
+    """One loop drives every front end; pacing and calibration probes step engines of their own."""
+    allowed = {"core_engine/run/loop.py", "core_engine/run/session.py",  # the loop, and the Session it steps
+               "core_engine/run/replay.py",  # a recording's player: no engine behind it
+               "core_engine/run/pacing.py", "core_engine/perf/decode_sweep.py"}  # measurement probes
+    callers = set()
+    for top in ("core_engine", "tui"):
+        for path in (ROOT / top).rglob("*.py"):
+            for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+                if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "step"
+                        and not (isinstance(node.func.value, ast.Attribute) and node.func.value.attr == "_stream")):
+                    callers.add(path.relative_to(ROOT).as_posix())
+    assert "core_engine/run/loop.py" in callers
+    assert callers <= allowed, f"engine.step() outside the run loop: {sorted(callers - allowed)}"
+
+
+def test_there_is_one_textual_app():
+    apps = []
+    for path in (ROOT / "tui").rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ClassDef):
+                bases = {b.id if isinstance(b, ast.Name) else b.value.id if isinstance(b, ast.Subscript)
+                         and isinstance(b.value, ast.Name) else None for b in node.bases}
+                if "App" in bases:
+                    apps.append(f"{path.relative_to(ROOT)}:{node.name}")
+    assert apps == ["tui/app.py:BatchtopApp"]

@@ -1,7 +1,9 @@
-"""The batchtop dashboard: panels over a frame source (the live engine bridge, or a replay).
+"""The batchtop App: one Textual application over a frame source (a live, simulated or served engine, a
+replay, a live attach or an attach replay).
 
-The engine runs in a Textual thread worker (exit_on_error=False); the UI polls the newest frame on a
-timer and never blocks it. Keys become commands on the source; nothing here touches engine state.
+The source runs in a thread worker (exit_on_error=False); the app polls its newest frame on a timer
+and never blocks it. Keys become `source.act(...)` for the controls the source accepts; the footer
+shows only those. Nothing here touches engine state.
 """
 
 from __future__ import annotations
@@ -13,56 +15,34 @@ import threading
 import time
 
 from rich.text import Text
-
 from textual import work
 from textual.app import App, ComposeResult
 from textual.binding import Binding
-from textual.containers import Horizontal
 from textual.message import Message
 from textual.widgets import Footer
 from textual.worker import Worker, WorkerState, get_current_worker
 
-from batchtop.core_engine.config import EngineConfig
-from batchtop.core_engine.perf.device_peaks import DevicePeaks
-from batchtop.core_engine.engine.snapshot import SlotView
-from batchtop.core_engine.perf.telemetry import TelemetrySampler
 from batchtop.core_engine.run.stop import exit_status
-from batchtop.core_engine.simulate.simulation import Simulation
+from batchtop.core_engine.engine.snapshot import SlotView
 from batchtop.themes import STYLESHEET, THEMES, next_theme
-from batchtop.tui.sources.live import EngineBridge
-from batchtop.tui.sources.frame import DashboardFrame
-from batchtop.tui.screenshot import save_screenshot
-from batchtop.tui.widgets.engine.device import DevicePanel
 from batchtop.tui.screens.help import HelpScreen
 from batchtop.tui.screens.request_detail import RequestScreen
-from batchtop.tui.widgets.engine.kv_blocks import KVBlocksPanel
-from batchtop.tui.widgets.engine.metrics_strip import MetricsStrip
-from batchtop.tui.widgets.engine.roofline import RooflinePanel
+from batchtop.tui.screenshot import save_screenshot
+from batchtop.tui.sources.source import ENGINE_LAYOUT, FrameSource
+from batchtop.tui.widgets.common.status_line import StatusLine
 from batchtop.tui.widgets.engine.slots import SlotsPanel
-from batchtop.tui.widgets.common.status_line import StatusLine, status_text
-from batchtop.tui.widgets.engine.waiting import WaitingPanel
 
 POLL_HZ = 10
 PAINT_INTERVAL_S = 0.5  # while the engine runs: how often a new frame reaches the screen
 QUIT_WAIT_S = 10.0  # longest we wait for a step in flight when quitting
 
 
-COMMON_BINDINGS = [
-    Binding("up", "move_slot(-1, 0)", "slot", show=False),
-    Binding("down", "move_slot(1, 0)", "slot", show=False),
-    Binding("left", "move_slot(0, -1)", "slot", show=False),
-    Binding("right", "move_slot(0, 1)", "slot", show=False),
-    Binding("enter", "open_slot", "request", show=False),
-    Binding("v", "toggle_view", "timeline"),
-    Binding("t", "next_theme", "theme", show=False),
-    Binding("question_mark", "help", "help", key_display="?"),
-    Binding("p", "save_svg", "screenshot", show=False),
-    Binding("q", "quit", "quit"),
-]
+def _source_key(key: str, control: str, description: str, **kwargs) -> Binding:
+    return Binding(key, f"source('{control}')", description, **kwargs)
 
 
-class EngineEvent(Message):
-    """A rare event from the engine thread: it crashed, the workload finished, or a script quit."""
+class SourceEvent(Message):
+    """A rare event from the source's thread: the engine crashed, the work finished, a script quit."""
 
     def __init__(self, kind: str, text: str) -> None:
         super().__init__()
@@ -70,66 +50,87 @@ class EngineEvent(Message):
         self.text = text
 
 
-class Dashboard(App[int]):
-    """Panels, themes, help and quit; subclasses add the keys of their frame source."""
-
+class BatchtopApp(App[int]):
     CSS_PATH = STYLESHEET
     TITLE = "batchtop"
     ENABLE_COMMAND_PALETTE = False
-    LIVE = True  # False: a replay, with no engine or telemetry behind it
-    simulation: Simulation | None = None  # a what-if run: its modelled panels say so
+    BINDINGS = [
+        _source_key("s", "toggle_mode", "static/continuous"),
+        _source_key("plus,equals_sign", "more_seqs", "+seq", key_display="+"),
+        _source_key("minus", "fewer_seqs", "-seq", key_display="-"),
+        _source_key("right_square_bracket", "double_seqs", "×2", show=False, key_display="]"),
+        _source_key("left_square_bracket", "halve_seqs", "÷2", show=False, key_display="["),
+        _source_key("space", "toggle_pause", "pause"),
+        _source_key("less_than_sign", "slower", "slower", key_display="<"),
+        _source_key("greater_than_sign", "faster", "faster", key_display=">"),
+        _source_key("n", "step", "step", show=False),  # a live engine, paused
+        _source_key("n", "next_step", "step"),  # a replay: the recording's next step
+        _source_key("b", "burst", "burst"),
+        _source_key("r", "restart", "restart", show=False),
+        _source_key("g", "seek_start", "start"),
+        _source_key("G", "seek_end", "end", key_display="G"),
+        Binding("up", "move_slot(-1, 0)", "slot", show=False),
+        Binding("down", "move_slot(1, 0)", "slot", show=False),
+        Binding("left", "move_slot(0, -1)", "slot", show=False),
+        Binding("right", "move_slot(0, 1)", "slot", show=False),
+        Binding("enter", "open_slot", "request", show=False),
+        Binding("v", "toggle_view", "timeline"),
+        Binding("t", "next_theme", "theme", show=False),
+        Binding("question_mark", "help", "help", key_display="?"),
+        Binding("p", "save_svg", "screenshot", show=False),
+        Binding("q", "quit", "quit"),
+    ]
+    ENGINE_ONLY = frozenset({"move_slot", "open_slot", "toggle_view", "help"})
 
-    def __init__(self, bridge, config: EngineConfig, peaks: DevicePeaks | None, *,
-                 device_label: str | None = None, telemetry: TelemetrySampler | None = None,
-                 theme: str = "batchtop-dark", poll_hz: float = POLL_HZ, arrivals: str = "") -> None:
+    def __init__(self, source: FrameSource, *, theme: str = "batchtop-dark", poll_hz: float = POLL_HZ) -> None:
         super().__init__()
-        self.arrivals = arrivals  # how the workload's arrivals are paced (Waiting panel subtitle)
-        self.bridge = bridge  # the frame source: EngineBridge (live) or ReplaySource
-        self.config = config
-        self.peaks = peaks
-        self.device_label = device_label or (peaks.device_name if peaks is not None else config.device)
-        self.telemetry = telemetry
+        self.source = source
         self.poll_hz = poll_hz
         for t in THEMES:
             self.register_theme(t)
         self.theme = theme
-        self._shown: DashboardFrame | None = None
-        self._panels: list = []
+        self.exit_code = 0
+        self._shown: object = None
+        self._shown_state: str | None = None
         self._status_text: Text | None = None
         self._last_paint = float("-inf")
-        self.exit_code = 0
         self._sigterm_before = None  # the SIGTERM handler the app replaced while it runs
-        bridge.notify = lambda kind, text: self.post_message(EngineEvent(kind, text))
+        source.notify = lambda kind, text: self.post_message(SourceEvent(kind, text))
+
+    @property
+    def engine_layout(self) -> bool:
+        return self.source.layout == ENGINE_LAYOUT
 
     def compose(self) -> ComposeResult:
         yield StatusLine(id="status")
-        with Horizontal(id="top"):
-            yield SlotsPanel()
-            yield KVBlocksPanel()
-        with Horizontal(id="bottom"):
-            yield WaitingPanel(self.arrivals)
-            yield RooflinePanel(self.peaks, calibration=self.simulation.calibration if self.simulation else None)
-            yield DevicePanel(self.config, self.peaks, live=self.LIVE, simulation=self.simulation)
-        yield MetricsStrip(id="metrics")
+        if self.engine_layout:
+            from batchtop.tui.widgets.engine.view import EngineView
+            yield EngineView(self.source.info)
+        else:
+            from batchtop.tui.widgets.attach.view import AttachView
+            yield AttachView(len(self.source.monitor.urls), self.source.peaks, self.source.peaks_note)
         yield Footer()
 
     def get_theme_variable_defaults(self) -> dict[str, str]:
         return dict(THEMES[0].variables)  # panels' own variables resolve under any theme
 
+    def check_action(self, action: str, parameters: tuple) -> bool | None:
+        if action == "source":
+            return parameters[0] in self.source.controls
+        if action in self.ENGINE_ONLY:
+            return self.engine_layout
+        return True
+
     def on_mount(self) -> None:
-        self._panels = [self.query_one(p) for p in (SlotsPanel, KVBlocksPanel, WaitingPanel, RooflinePanel,
-                                                     DevicePanel)]
-        for panel in self._panels:
-            if self.simulation is not None and panel.MODELLED:
-                panel.modelled_tag = self.simulation.tag
-        self._device, self._metrics, self._status = (self.query_one(DevicePanel), self.query_one(MetricsStrip),
-                                                     self.query_one(StatusLine))
+        self.view = self.query_one("#engine-view" if self.engine_layout else "#attach-view")
+        self._status = self.query_one(StatusLine)
         self.set_interval(1 / self.poll_hz, self.poll)
-        if self.telemetry is not None:
-            self.telemetry.start()
         self.poll()
-        self.call_after_refresh(self.run_engine)  # the first paint is the costliest: let it finish first
+        self.call_after_refresh(self.run_source)  # the first paint is the costliest: let it finish first
         self._quit_on_sigterm(True)
+
+    def on_unmount(self) -> None:
+        self._quit_on_sigterm(False)
 
     def _quit_on_sigterm(self, on: bool) -> None:
         """While the app runs, SIGTERM quits as `q` does (the engine finishes its step and closes a
@@ -150,14 +151,10 @@ class Dashboard(App[int]):
             self.exit_code = exit_status(signal.SIGTERM)
         self.call_next(self.action_quit)
 
-    def on_unmount(self) -> None:
-        self._panels = []  # a late timer tick or engine message must not draw into a torn-down screen
-        self._quit_on_sigterm(False)
-
-    @work(thread=True, exit_on_error=False, name="engine", group="engine")
-    def run_engine(self) -> None:
+    @work(thread=True, exit_on_error=False, name="source", group="source")
+    def run_source(self) -> None:
         worker = get_current_worker()
-        self.bridge.run(lambda: worker.is_cancelled)
+        self.source.run(lambda: worker.is_cancelled)
 
     # -- drawing --------------------------------------------------------------------------------
     def poll(self, force: bool = False) -> None:
@@ -166,31 +163,23 @@ class Dashboard(App[int]):
 
         On 2 cores every millisecond the UI draws is taken from the engine, so while it runs a new
         frame is shown at most every PAINT_INTERVAL_S; paused, finished or stepped by hand, at once."""
-        if not self._panels:  # not mounted yet (or already torn down)
+        if not getattr(self, "view", None) or not self.view.ready:  # not mounted yet, or torn down
             return
-        frame = self.bridge.frame
-        force = force or frame.state != (self._shown.state if self._shown is not None else None)
+        frame = self.source.frame
+        state = getattr(frame, "state", None)
+        force = force or state != self._shown_state
         now = time.monotonic()
-        if not force and (frame is self._shown or (frame.state in ("running", "replay")
+        if not force and (frame is self._shown or (state in ("running", "replay")
                                                      and now - self._last_paint < PAINT_INTERVAL_S)):
             return
-        self._shown, self._last_paint = frame, now
-        if self.telemetry is not None:
-            self._device.sample = self.telemetry.latest
-        for panel in self._panels:
-            panel.show(frame, force)
-        self._metrics.show(frame)
-        text, essential = status_text(frame, self.config, self.device_label, self.status_extra(frame))
+        self._shown, self._shown_state, self._last_paint = frame, state, now
+        self.view.show(frame, force)
+        text, essential = self.view.status_line(frame, self.source.status(frame))
         if force or text != self._status_text:
             self._status_text = text
-            self._status.show(text, essential, frame.state)
+            self._status.show(text, essential, state or "")
 
-    def status_extra(self, frame: DashboardFrame) -> str:
-        if frame.error:
-            return frame.error
-        return frame.caption or ""
-
-    async def on_engine_event(self, event: EngineEvent) -> None:
+    async def on_source_event(self, event: SourceEvent) -> None:
         if event.kind == "quit":  # a script's last action: the engine thread has already closed its trace
             await self.action_quit()
             return
@@ -202,9 +191,16 @@ class Dashboard(App[int]):
         self.poll()
 
     def on_worker_state_changed(self, event: Worker.StateChanged) -> None:
-        if event.worker.name == "engine" and event.state is WorkerState.ERROR:
+        if event.worker.name == "source" and event.state is WorkerState.ERROR:
             self.exit_code = 1
             self.notify(str(event.worker.error), title="engine stopped", severity="error", timeout=30)
+
+    # -- keys -------------------------------------------------------------------------------------
+    def action_source(self, control: str) -> None:
+        message = self.source.act(control)
+        if message:
+            self.notify(message, timeout=2)
+        self.poll(force=True)
 
     def action_toggle_view(self) -> None:
         self.query_one(SlotsPanel).toggle_view()
@@ -229,81 +225,21 @@ class Dashboard(App[int]):
 
     def action_next_theme(self) -> None:
         self.theme = next_theme(self.theme)
-        for panel in self.query(".panel"):
-            panel.refresh()
+        self.view.repaint_after_theme_change()
+        self.poll(force=True)
 
     def action_help(self) -> None:
         self.push_screen(HelpScreen())
 
     def action_save_svg(self) -> None:
-        save_screenshot(self, "batchtop")
+        save_screenshot(self, "batchtop" if self.engine_layout else "batchtop_attach")
 
     async def action_quit(self) -> None:
-        """Let the engine thread finish its step (and close a recording) before the app goes."""
-        self.bridge.stop()
+        """Let the source's thread finish its step (and close a recording) before the app goes."""
+        self.source.stop()
         for _ in range(int(QUIT_WAIT_S / 0.02)):
-            if self.bridge.done.is_set():
+            if self.source.done.is_set():
                 break
             await asyncio.sleep(0.02)
-        self.workers.cancel_group(self, "engine")
-        if self.telemetry is not None:
-            self.telemetry.stop()
+        self.workers.cancel_group(self, "source")
         self.exit(self.exit_code)
-
-
-class BatchtopApp(Dashboard):
-    """The live dashboard: keys steer the running engine through its bridge."""
-
-    BINDINGS = [
-        Binding("s", "toggle_mode", "static/continuous"),
-        Binding("plus,equals_sign", "more_seqs", "+seq", key_display="+"),
-        Binding("minus", "fewer_seqs", "-seq", key_display="-"),
-        Binding("right_square_bracket", "double_seqs", "×2", show=False, key_display="]"),
-        Binding("left_square_bracket", "halve_seqs", "÷2", show=False, key_display="["),
-        Binding("space", "toggle_pause", "pause"),
-        Binding("n", "step", "step", show=False),
-        Binding("b", "burst", "burst"),
-        Binding("r", "restart", "restart", show=False),
-        *COMMON_BINDINGS,
-    ]
-    bridge: EngineBridge
-
-    def action_toggle_mode(self) -> None:
-        self.bridge.toggle_mode()
-        self.notify("static ⇄ continuous from the next admission (the status line shows the mode)", timeout=2)
-
-    def _change_seqs(self, add: int = 0, multiply: float = 1.0) -> None:
-        cap = self.bridge.max_num_seqs_cap
-        if (add > 0 or multiply > 1) and self.bridge.current_max_num_seqs() >= cap:
-            self.notify(f"max_num_seqs is at its cap, {cap}: max_num_batched_tokens must hold every decode "
-                        "(start with a larger --max-num-batched-tokens)", timeout=3)
-        self.bridge.change_max_num_seqs(add, multiply)
-
-    def action_more_seqs(self) -> None:
-        self._change_seqs(add=1)
-
-    def action_fewer_seqs(self) -> None:
-        self._change_seqs(add=-1)
-
-    def action_double_seqs(self) -> None:
-        self._change_seqs(multiply=2)
-
-    def action_halve_seqs(self) -> None:
-        self._change_seqs(multiply=0.5)
-
-    def action_toggle_pause(self) -> None:
-        self.bridge.toggle_pause()
-
-    def action_step(self) -> None:
-        if self.bridge.paused:
-            self.bridge.step_once()
-        else:
-            self.notify("n steps while paused: press space first", timeout=2)
-
-    def action_burst(self) -> None:
-        n = self.bridge.burst()
-        self.notify(f"burst: {n} requests arrive now", timeout=2)
-
-    def action_restart(self) -> None:
-        self.bridge.restart()
-        self.notify("restarting the workload from t=0", timeout=2)

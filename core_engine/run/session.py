@@ -1,17 +1,18 @@
-"""What every driver does around engine.step(): play the demo script, inject bursts, record the trace,
-and hand every snapshot to its listeners (a server's request streams and its /metrics).
-
-The headless driver, the dashboard's bridge and the server's engine loop each own one Session, so a
-scripted demo, a recording or a server behaves the same with or without a screen.
+"""A live run around the engine, as the run loop steps it: play the demo script, inject bursts, record
+the trace, decode each step's text, and hand every snapshot to its listeners (a server's request
+streams and its /metrics). Headless, serve and the dashboards each step one Session through the same
+RunLoop, so a scripted demo, a recording or a server behaves the same with or without a screen.
 """
 
 from __future__ import annotations
 
+import threading
 from typing import Protocol
 
 from batchtop.core_engine.engine import control
 from batchtop.core_engine.engine.engine import Engine
 from batchtop.core_engine.sched.request import Request
+from batchtop.core_engine.run.loop import Stepped
 from batchtop.core_engine.run.script import ScriptPlayer
 from batchtop.core_engine.engine.detokenizer import TextDecoder, TextDelta
 from batchtop.core_engine.engine.snapshot import StepSnapshot
@@ -39,12 +40,16 @@ class Session:
         self.caption: str | None = None
         self.quit_requested = False
         self._bursts = 0
+        self._burst_lock = threading.Lock()
 
     def burst(self, count: int) -> int:
-        """count new requests with lengths drawn from the workload, arriving now."""
-        self._bursts += 1
-        batch = make_burst(self.workload, count, seed=self.engine.config.seed + self._bursts,
-                           vocab_size=self.engine.config.model.vocab_size, tag=f"burst{self._bursts}")
+        """count new requests with lengths drawn from the workload, arriving now (any thread: a key and
+        the script may burst at once, and each burst's ids must be its own)."""
+        with self._burst_lock:
+            self._bursts += 1
+            number = self._bursts
+        batch = make_burst(self.workload, count, seed=self.engine.config.seed + number,
+                           vocab_size=self.engine.config.model.vocab_size, tag=f"burst{number}")
         self.engine.submit(control.AddRequests(batch))
         return len(batch)
 
@@ -69,6 +74,25 @@ class Session:
         if self.script is not None and self.script.next_at() is not None:
             waits.append(max(0.0, self.script.next_at() - self.engine.now()))
         return min((w for w in waits if w is not None), default=None)
+
+    # -- what the run loop steps (core_engine.run.loop.Stepper) ---------------------------------
+    def step(self, forced: bool = False) -> Stepped:
+        snap = self.engine.step()
+        return Stepped(snap, self.after_step(snap))
+
+    def is_done(self) -> bool:
+        return self.engine.is_done()
+
+    def apply_controls(self) -> Stepped | None:
+        if not self.engine.apply_pending():
+            return None
+        snap = self.engine.snapshot()
+        return Stepped(snap, self.after_step(snap))
+
+    def restart(self) -> Stepped:
+        """The loaded workload again from t=0 (`r` in the dashboard)."""
+        self.engine.submit(control.Reset())
+        return self.apply_controls()
 
     def after_step(self, snap: StepSnapshot) -> TextDelta | None:
         """Record the step; returns the text it added (None without a decoder)."""

@@ -9,38 +9,39 @@ from batchtop.core_engine.engine import control
 from batchtop.core_engine.engine.engine import Engine
 from batchtop.core_engine.errors import ConfigError
 from batchtop.tui.app import BatchtopApp
-from batchtop.tui.sources.live import EngineBridge
+from batchtop.tui.sources.live import EngineSource
 from tests.conftest import FakeClock, make_requests, tiny_config
 from tests.tui.test_dashboard import PEAKS, WORKLOAD, TickClock, status, wait_for
 
 
 def dashboard(**overrides) -> BatchtopApp:
     config = tiny_config(**overrides)
-    bridge = EngineBridge(Engine(config, clock=TickClock()), WORKLOAD, start_paused=True)
-    return BatchtopApp(bridge, config, PEAKS, device_label="test-cpu")
+    source = EngineSource(Engine(config, clock=TickClock()), WORKLOAD, start_paused=True, peaks=PEAKS,
+                          device_label="test-cpu")
+    return BatchtopApp(source)
 
 
 def test_quick_presses_compose_instead_of_repeating_a_stale_frame():
     # keys pressed while the engine thread is busy in a step: no frame comes between them
     app = dashboard(max_num_seqs=16, max_num_batched_tokens=256)
-    engine = app.bridge.engine
+    engine = app.source.engine
     for _ in range(50):
-        app.action_more_seqs()
+        app.source.act("more_seqs")
     engine.apply_pending()
     assert engine.max_num_seqs == 66
-    app.action_halve_seqs()
-    app.action_halve_seqs()
+    app.source.act("halve_seqs")
+    app.source.act("halve_seqs")
     engine.apply_pending()
     assert engine.max_num_seqs == 16
     for _ in range(3):
-        app.action_double_seqs()
+        app.source.act("double_seqs")
     engine.apply_pending()
     assert engine.max_num_seqs == 128
-    app.action_toggle_mode()
-    app.action_toggle_mode()
+    app.source.act("toggle_mode")
+    app.source.act("toggle_mode")
     engine.apply_pending()
     assert engine.mode == "continuous"
-    app.action_toggle_mode()
+    app.source.act("toggle_mode")
     engine.apply_pending()
     assert engine.mode == "static"
 
@@ -58,10 +59,10 @@ async def test_restart_while_paused_shows_the_mode_the_engine_runs():
         await pilot.press("s")
         await wait_for(pilot, lambda: "mode=static" in status(app))
         await pilot.press("r")
-        await wait_for(pilot, lambda: app.bridge.runs == 2)
+        await wait_for(pilot, lambda: app.source.runs == 2)
         await pilot.pause()
         app.poll(force=True)
-        assert app.bridge.engine.mode == "static" and "mode=static" in status(app)
+        assert app.source.engine.mode == "static" and "mode=static" in status(app)
 
 
 async def test_max_num_seqs_stops_at_the_token_budget_and_says_why():

@@ -71,13 +71,13 @@ async def test_sigterm_closes_the_dashboard_and_its_recording(tmp_path):
     from batchtop.core_engine.run.session import Session
     from batchtop.core_engine.trace.trace import Recorder
     from batchtop.tui.app import BatchtopApp
-    from batchtop.tui.sources.live import EngineBridge
+    from batchtop.tui.sources.live import EngineSource
 
     config = tiny_config(max_num_seqs=4)
     engine = Engine(config, clock=TickClock())
     path = str(tmp_path / "session.jsonl.gz")
     session = Session(engine, WORKLOAD, recorder=Recorder(path, {"config": config.as_dict()}))
-    app = BatchtopApp(EngineBridge(engine, WORKLOAD, start_paused=True, session=session), config, PEAKS)
+    app = BatchtopApp(EngineSource(engine, WORKLOAD, start_paused=True, session=session, peaks=PEAKS))
     previous = signal.getsignal(signal.SIGTERM)
 
     def guard(*_) -> None:  # should the app not take SIGTERM, the test fails, not pytest
@@ -87,13 +87,13 @@ async def test_sigterm_closes_the_dashboard_and_its_recording(tmp_path):
     try:
         async with app.run_test(size=(100, 30)) as pilot:
             await pilot.press("n")
-            await wait_for(pilot, lambda: app.bridge.frame.snapshot is not None
-                           and app.bridge.frame.snapshot.counters.steps == 1)
+            await wait_for(pilot, lambda: app.source.frame.snapshot is not None
+                           and app.source.frame.snapshot.counters.steps == 1)
             os.kill(os.getpid(), signal.SIGTERM)
             await wait_for(pilot, lambda: app.return_value is not None)
         assert signal.getsignal(signal.SIGTERM) is guard  # closed, the app hands SIGTERM back (the CLI's)
     finally:
         signal.signal(signal.SIGTERM, previous)
-    assert app.return_value == 143 and app.bridge.done.is_set()
+    assert app.return_value == 143 and app.source.done.is_set()
     recorded = read_trace(path)
     assert recorded.events[-1]["type"] == "end" and not recorded.warnings

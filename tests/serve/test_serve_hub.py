@@ -8,7 +8,7 @@ import time
 from batchtop.core_engine.engine import control
 from batchtop.core_engine.engine.engine import Engine
 from batchtop.core_engine.sched.request import Request
-from batchtop.core_engine.serve.engine_loop import EngineLoop
+from batchtop.core_engine.serve.engine_thread import EngineThread
 from batchtop.core_engine.serve.exporter import VllmMetrics
 from batchtop.core_engine.serve.hub import RequestHub
 from batchtop.core_engine.serve.status_log import StatusLog
@@ -109,7 +109,7 @@ def test_the_engine_loop_sleeps_when_there_is_no_work_and_wakes_for_a_request_or
     turns = []
     before_step = session.before_step
     session.before_step = lambda: (turns.append(1), before_step())[1]  # one per turn of the loop
-    loop = EngineLoop(session)
+    loop = EngineThread(session)
     loop.start()
     try:
         deadline = time.monotonic() + 5

@@ -11,6 +11,7 @@ from batchtop.core_engine.engine.engine import Engine
 from batchtop.core_engine.sched.request import Request
 from batchtop.core_engine.perf.device_peaks import DevicePeaks
 from batchtop.core_engine.run.headless import drive, run_workload
+from batchtop.core_engine.run.loop import JumpTime
 from batchtop.core_engine.run.session import Session
 from batchtop.core_engine.run.script import ScriptAction, ScriptPlayer
 from batchtop.core_engine.simulate.calibration import DEFAULT, Calibration
@@ -52,7 +53,7 @@ def real_run(config, requests) -> tuple[list, list[float]]:
 
     engine.runner.run = timed
     snaps = []
-    result = run_workload(engine, requests, on_step=snaps.append, sleep=clock.advance)
+    result = run_workload(engine, requests, on_step=snaps.append, time=JumpTime(clock))
     assert result.complete
     return snaps, times
 

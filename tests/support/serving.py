@@ -16,7 +16,7 @@ from batchtop.core_engine.config import EngineConfig
 from batchtop.core_engine.engine.engine import Engine
 from batchtop.core_engine.sched.request import Request
 from batchtop.core_engine.serve.app import create_app
-from batchtop.core_engine.serve.engine_loop import EngineLoop
+from batchtop.core_engine.serve.engine_thread import EngineThread
 from batchtop.core_engine.serve.exporter import VllmMetrics
 from batchtop.core_engine.serve.hub import RequestHub
 from batchtop.core_engine.serve.prompts import ServedModel
@@ -31,7 +31,7 @@ class Running:
     url: str
     engine: Engine
     hub: RequestHub
-    loop: EngineLoop
+    loop: EngineThread
     metrics: VllmMetrics
     stopped: threading.Event  # set once the HTTP server has shut down
 
@@ -91,7 +91,7 @@ def serving(config: EngineConfig | None = None, *, engine: Engine | None = None,
     session = Session(engine, workload or [])
     model = ServedModel("tiny", engine.config, codec)
     metrics = VllmMetrics(engine.config, model.name)
-    loop = EngineLoop(session)
+    loop = EngineThread(session)
     hub = RequestHub(engine, wake=loop.wake, max_waiting=max_waiting)
     session.listeners += [metrics, hub]
     limits = {} if max_body_bytes is None else {"max_body_bytes": max_body_bytes}

@@ -19,8 +19,8 @@ from batchtop.core_engine.trace.trace import Recorder, TraceError, read_trace
 from tests.conftest import fail_on_call, make_requests, tiny_config
 from tests.tui.test_dashboard import PEAKS, TickClock, WORKLOAD, make_app, panel_text, step, wait_for
 from batchtop.tui.cli import main
-from batchtop.tui.replay_app import ReplayApp
 from batchtop.tui.cli.replay import replay_metrics
+from batchtop.tui.app import BatchtopApp
 from batchtop.tui.sources.replay import ReplaySource
 from batchtop.tui.widgets.engine.kv_blocks import KVBlocksPanel
 from batchtop.tui.widgets.engine.slots import SlotsPanel
@@ -225,7 +225,7 @@ def test_the_bundled_teaching_demo_is_valid_and_bad_scripts_are_named(tmp_path):
 async def test_replay_in_the_dashboard_reaches_the_same_final_panels_as_the_live_run(tmp_path):
     path = str(tmp_path / "ui.jsonl.gz")
     live = make_app()
-    live.bridge.session.recorder = Recorder(path, {**HEADER, "workload": {"num_requests": len(WORKLOAD)}})
+    live.source.session.recorder = Recorder(path, {**HEADER, "workload": {"num_requests": len(WORKLOAD)}})
     async with live.run_test(size=(120, 36)) as pilot:
         await step(pilot, 3)
         await pilot.press("s")
@@ -234,13 +234,13 @@ async def test_replay_in_the_dashboard_reaches_the_same_final_panels_as_the_live
         await pilot.press("q")
     trace = read_trace(path)
     assert trace.ended_cleanly
-    replay = ReplayApp(ReplaySource(trace, start_paused=True), tiny_config(), PEAKS, device_label="test-cpu")
+    replay = BatchtopApp(ReplaySource(trace, start_paused=True))
     async with replay.run_test(size=(120, 36)) as pilot:
         await pilot.press("G")
-        await wait_for(pilot, lambda: replay.bridge.frame.state == "paused" and replay.bridge.pos == len(trace.events))
+        await wait_for(pilot, lambda: replay.source.frame.state == "paused" and replay.source.pos == len(trace.events))
         assert {panel: panel_text(replay, panel) for panel in final} == final
-        assert "REPLAY" in replay.bridge.position() and "step 7/7" in replay.bridge.position()
+        assert "REPLAY" in replay.source.position() and "step 7/7" in replay.source.position()
         await pilot.press("g")
-        await wait_for(pilot, lambda: replay.bridge.pos == 0)
+        await wait_for(pilot, lambda: replay.source.pos == 0)
         await pilot.press("n")
-        await wait_for(pilot, lambda: "step 1/7" in replay.bridge.position())
+        await wait_for(pilot, lambda: "step 1/7" in replay.source.position())

@@ -10,8 +10,8 @@ from batchtop.core_engine.attach.record import AttachRecorder, attach_header
 from batchtop.core_engine.attach.scrape import DOWN, ScrapeResult
 from batchtop.core_engine.perf.device_peaks import datasheet_peaks
 from batchtop.core_engine.trace.trace import read_trace
-from batchtop.tui.attach_app import AttachApp
-from batchtop.tui.sources.attach import LiveFeed, ReplayFeed
+from batchtop.tui.app import BatchtopApp
+from batchtop.tui.sources.attach import AttachReplaySource, AttachSource
 from batchtop.tui.cli.attach import AttachOptions, prepare
 from batchtop.tui.widgets.attach.kv import AttachKVPanel
 from batchtop.tui.widgets.attach.metrics_strip import AttachMetricsStrip, metrics_text
@@ -48,10 +48,10 @@ async def test_a_recorded_fleet_replays_in_the_attach_panels(tmp_path):
     record_fleet(path)
     trace = read_trace(path)
     assert trace.header["source"] == "attach"
-    feed = ReplayFeed(trace, speed=16.0)
-    app = AttachApp(feed, datasheet_peaks("H100"), "h100 (recorded)")
+    source = AttachReplaySource(trace, speed=16.0)
+    app = BatchtopApp(source)
     async with app.run_test(size=(150, 48)) as pilot:
-        await wait_for(pilot, lambda: app.frame is not None and app.frame.tick == 2)
+        await wait_for(pilot, lambda: app.source.frame is not None and app.source.frame.tick == 2)
         await pilot.pause(0.2)
         replicas = app.query_one(AttachReplicasPanel).render().plain
         assert "DOWN" in replicas and "Connection refused" in replicas
@@ -66,11 +66,11 @@ async def test_a_recorded_fleet_replays_in_the_attach_panels(tmp_path):
         assert "capacity 96" in waiting and "slots likely full" in waiting
         roofline = app.query_one(AttachRooflinePanel)
         assert roofline.border_title == "Roofline (measured)" and "memory-bound" in roofline.render().plain
-        strip = metrics_text(app.frame.main).plain
+        strip = metrics_text(app.source.frame.main).plain
         assert f"gen {2 * (12241 - 6497) / 2:.0f} tok/s" in strip and "measured:" in strip
         assert str(app.query_one(AttachMetricsStrip).render()).startswith(" prompt")
         await pilot.press("space")
-        assert feed.paused
+        assert source.paused
         await pilot.press("t")  # another theme repaints without error
         await pilot.press("q")
 
@@ -80,17 +80,17 @@ async def test_the_live_dashboard_fills_from_a_server(tmp_path):
     with flaky_server(state) as url:
         setup = prepare((url,), AttachOptions(interval=0.3, device="h100", max_num_seqs=8,
                                               record=str(tmp_path / "live.jsonl")))
-        app = AttachApp(LiveFeed(setup), setup.peaks, setup.peaks_note)
+        app = BatchtopApp(AttachSource(setup))
         async with app.run_test(size=(140, 44)) as pilot:
-            await wait_for(pilot, lambda: app.frame is not None and app.frame.tick >= 2)
+            await wait_for(pilot, lambda: app.source.frame is not None and app.source.frame.tick >= 2)
             state.text = VLLM_T2.read_text()
-            await wait_for(pilot, lambda: app.frame.main.waiting == 48)
+            await wait_for(pilot, lambda: app.source.frame.main.waiting == 48)
             await pilot.pause(0.3)
             slots = app.query_one(AttachSlotsPanel)
             assert slots.border_title == "Slots: 8 running / 8 (measured)"
             assert "max_num_seqs from --max-num-seqs" in slots.border_subtitle
             assert "slots full" in app.query_one(AttachWaitingPanel).render().plain
-            assert "live" in str(app.query_one("#attach-status").render())
+            assert "live" in str(app.query_one("#status").render())
             await pilot.press("space")  # a live server cannot be paused: the key does nothing
             await pilot.press("q")
         await asyncio.sleep(0.3)
@@ -105,7 +105,7 @@ def test_the_attach_command_opens_its_dashboard_on_a_live_feed(monkeypatch):
     from batchtop.tui.cli import main
 
     opened = []
-    monkeypatch.setattr(AttachApp, "run", lambda self: opened.append(self.feed) or 0)
+    monkeypatch.setattr(BatchtopApp, "run", lambda self: opened.append(self.source) or 0)
     result = CliRunner().invoke(main, ["attach", "http://127.0.0.1:9", "--device", "h100"], catch_exceptions=False)
     assert result.exit_code == 0, result.output
-    assert len(opened) == 1 and isinstance(opened[0], LiveFeed) and opened[0].setup.urls == ["http://127.0.0.1:9/metrics"]
+    assert len(opened) == 1 and isinstance(opened[0], AttachSource) and opened[0].setup.urls == ["http://127.0.0.1:9/metrics"]

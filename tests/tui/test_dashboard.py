@@ -18,7 +18,7 @@ from batchtop.core_engine.run.session import Session
 from batchtop.core_engine.trace.trace import Recorder, read_trace
 from tests.conftest import fail_on_call, tiny_config
 from batchtop.tui.app import BatchtopApp
-from batchtop.tui.sources.live import EngineBridge
+from batchtop.tui.sources.live import EngineSource
 from batchtop.tui.screens.help import HelpScreen
 from batchtop.tui.widgets.engine.kv_blocks import KVBlocksPanel
 from batchtop.tui.widgets.engine.slots import SlotsPanel
@@ -43,8 +43,7 @@ class TickClock:
 def make_app(mode: str = "continuous", runner: ModelRunner | None = None, **overrides) -> BatchtopApp:
     config = tiny_config(mode=mode, max_num_seqs=4, **overrides)
     engine = Engine(config, runner=runner, clock=TickClock())
-    bridge = EngineBridge(engine, WORKLOAD, start_paused=True)
-    return BatchtopApp(bridge, config, PEAKS, device_label="test-cpu")
+    return BatchtopApp(EngineSource(engine, WORKLOAD, start_paused=True, peaks=PEAKS, device_label="test-cpu"))
 
 
 async def wait_for(pilot, predicate, timeout: float = 10.0) -> None:
@@ -58,7 +57,7 @@ async def wait_for(pilot, predicate, timeout: float = 10.0) -> None:
 
 
 def steps(app: BatchtopApp) -> int:
-    snap = app.bridge.frame.snapshot
+    snap = app.source.frame.snapshot
     return snap.counters.steps if snap is not None else 0
 
 
@@ -114,7 +113,7 @@ async def test_n_steps_once_while_paused_and_panels_show_the_occupants():
         waiting = panel_text(app, WaitingPanel)
         assert waiting.index("q4") < waiting.index("q5") < waiting.index("q9")
         assert "slots full" in waiting
-        snap = app.bridge.frame.snapshot
+        snap = app.source.frame.snapshot
         assert app.query_one(KVBlocksPanel).border_title == f"KV blocks {snap.num_used_blocks}/64 used " \
                                                             f"({100 * snap.num_used_blocks / 64:.0f}%)"
         await step(pilot, 2)
@@ -127,13 +126,13 @@ async def test_space_runs_and_pauses_and_the_finished_workload_stays_on_screen()
     app = make_app()
     async with app.run_test(size=(120, 36)) as pilot:
         await pilot.press("space")
-        await wait_for(pilot, lambda: app.bridge.frame.state == "finished")
+        await wait_for(pilot, lambda: app.source.frame.state == "finished")
         assert "finished" in status(app)
-        assert app.bridge.frame.metrics.completed == len(WORKLOAD)
+        assert app.source.frame.metrics.completed == len(WORKLOAD)
         assert "done 10/10" in screen_text(app)
         await pilot.press("r")  # r runs it again from the start
-        await wait_for(pilot, lambda: app.bridge.runs == 2 and app.bridge.frame.state == "finished")
-        assert app.bridge.frame.metrics.completed == len(WORKLOAD)
+        await wait_for(pilot, lambda: app.source.runs == 2 and app.source.frame.state == "finished")
+        assert app.source.frame.metrics.completed == len(WORKLOAD)
         await pilot.press("space")
         await wait_for(pilot, lambda: "paused" in status(app))
 
@@ -144,12 +143,12 @@ async def test_burst_adds_requests_and_restart_starts_over():
         await step(pilot, 2)
         await pilot.press("b")
         await step(pilot)
-        snap = app.bridge.frame.snapshot
-        assert app.bridge.frame.metrics.total == len(WORKLOAD) + 8
+        snap = app.source.frame.snapshot
+        assert app.source.frame.metrics.total == len(WORKLOAD) + 8
         assert snap.num_waiting + sum(1 for s in snap.slots if s.request_id) >= 8
         await pilot.press("r")
         await step(pilot)
-        assert steps(app) == 1 and app.bridge.frame.metrics.total == len(WORKLOAD)
+        assert steps(app) == 1 and app.source.frame.metrics.total == len(WORKLOAD)
 
 
 async def test_v_switches_the_slots_panel_to_a_timeline_and_t_cycles_themes():
@@ -191,11 +190,11 @@ async def test_a_scripts_quit_action_closes_the_dashboard_and_its_recording(tmp_
     path = str(tmp_path / "demo.jsonl")
     session = Session(engine, WORKLOAD, recorder=Recorder(path, {"config": {}}),
                       script=ScriptPlayer([ScriptAction(0.05, quit=True)]))
-    app = BatchtopApp(EngineBridge(engine, WORKLOAD, start_paused=True, session=session), config, PEAKS)
+    app = BatchtopApp(EngineSource(engine, WORKLOAD, start_paused=True, session=session, peaks=PEAKS))
     async with app.run_test(size=(100, 30)) as pilot:
         await pilot.press("space")
         await wait_for(pilot, lambda: app.return_value is not None)  # a hang fails here, not in CI's timeout
-    assert app.return_value == 0 and app.bridge.done.is_set()
+    assert app.return_value == 0 and app.source.done.is_set()
     assert read_trace(path).events[-1]["reason"] == "script quit"
 
 
@@ -204,15 +203,15 @@ async def test_a_caption_too_long_for_the_status_line_wraps_instead_of_being_cut
     config = tiny_config(max_num_seqs=4)
     engine = Engine(config, clock=TickClock())
     session = Session(engine, WORKLOAD, script=ScriptPlayer([ScriptAction(0.0, caption=caption)]))
-    app = BatchtopApp(EngineBridge(engine, WORKLOAD, start_paused=True, session=session), config, PEAKS)
+    app = BatchtopApp(EngineSource(engine, WORKLOAD, start_paused=True, session=session, peaks=PEAKS))
     async with app.run_test(size=(76, 30)) as pilot:
         await step(pilot, 1)
         line = app.query_one(StatusLine)
         assert line.size.height == 1 and "Test CPU" not in screen_text(app).splitlines()[0]  # cut, not wrapped
         await pilot.press("space")  # the script plays only while the engine runs
-        await wait_for(pilot, lambda: app.bridge.frame.caption == caption)
+        await wait_for(pilot, lambda: app.source.frame.caption == caption)
         await pilot.press("space")
-        await wait_for(pilot, lambda: app.bridge.frame.state == "paused")
+        await wait_for(pilot, lambda: app.source.frame.state == "paused")
         await pilot.pause()
         assert line.size.height == 2 and caption.split()[-1] in screen_text(app)
 
@@ -223,7 +222,7 @@ async def test_an_engine_crash_keeps_the_dashboard_up_and_says_why():
     app = make_app(runner=runner)
     async with app.run_test(size=(120, 36)) as pilot:
         await pilot.press("space")
-        await wait_for(pilot, lambda: app.bridge.frame.state == "error")
+        await wait_for(pilot, lambda: app.source.frame.state == "error")
         assert "engine stopped" in status(app) and "simulated CUDA error" in status(app)
         assert steps(app) == 2  # the steps before the crash stay on screen
         await pilot.press("q")
@@ -246,14 +245,14 @@ async def test_every_panel_always_shows_the_same_step_as_the_others():
     engine = Engine(config)
     run = engine.runner.run
     engine.runner.run = lambda batch: (time.sleep(0.01), run(batch))[1]  # paced: Pilot waits for an idle CPU
-    app = BatchtopApp(EngineBridge(engine, long_workload, start_paused=True), config, PEAKS)
+    app = BatchtopApp(EngineSource(engine, long_workload, start_paused=True, peaks=PEAKS))
     async with app.run_test(size=(120, 36)) as pilot:
         await pilot.press("space")
         checked = 0
-        while app.bridge.frame.state == "running" and checked < 30:
+        while app.source.frame.state == "running" and checked < 30:
             await pilot.pause(0.05)
             shown = app._shown
-            for panel in app._panels:  # what each panel draws is what the shown frame says it draws
+            for panel in app.view._panels:  # what each panel draws is what the shown frame says it draws
                 assert panel._key == panel.content_key(shown), type(panel).__name__
             checked += 1
         assert checked >= 10

@@ -13,8 +13,8 @@ from batchtop.core_engine.serve.hub import RequestHub
 from batchtop.core_engine.serve.prompts import ServedModel
 from batchtop.core_engine.serve.server import Server, bind_socket
 from batchtop.core_engine.run.session import Session
-from batchtop.tui.sources.live import EngineBridge
-from batchtop.tui.serve_app import ServeApp
+from batchtop.tui.sources.live import EngineSource
+from batchtop.tui.app import BatchtopApp
 from batchtop.tui.widgets.engine.slots import SlotsPanel
 from batchtop.tui.widgets.engine.waiting import WaitingPanel
 from tests.conftest import tiny_config
@@ -36,14 +36,16 @@ async def test_client_requests_wait_run_and_finish_in_the_panels_while_the_statu
     config = tiny_config(max_num_seqs=4)
     engine = Engine(config, clock=TickClock())
     session = Session(engine, [])
-    bridge = EngineBridge(engine, [], start_paused=True, session=session, serving=True)
-    hub = RequestHub(engine, wake=bridge.wake)
+    source = EngineSource(engine, session=session, start_paused=True, peaks=PEAKS, device_label="test-cpu",
+                          serving_url="(starting)")
+    hub = RequestHub(engine, wake=source.wake)
     metrics = VllmMetrics(config, "tiny")
     session.listeners += [metrics, hub]
     server = Server(create_app(ServedModel("tiny", config), hub, metrics), hub, bind_socket("127.0.0.1", 0),
                     quiet=True)
     server.start_in_thread()
-    app = ServeApp(bridge, config, PEAKS, device_label="test-cpu", url=server.url)
+    source.serving_url = server.url
+    app = BatchtopApp(source)
     try:
         async with app.run_test(size=(140, 36)) as pilot:
             await wait_for(pilot, lambda: f"serving {server.url}" in status(app) and "paused" in status(app))
@@ -54,7 +56,7 @@ async def test_client_requests_wait_run_and_finish_in_the_panels_while_the_statu
             assert panel_text(app, SlotsPanel).count("cmpl-") == 4
             assert panel_text(app, WaitingPanel).count("cmpl-") == 2
             await pilot.press("space")
-            await wait_for(pilot, lambda: len(counts) == 6 and app.bridge.frame.state == "idle")
+            await wait_for(pilot, lambda: len(counts) == 6 and app.source.frame.state == "idle")
             assert counts == [6] * 6
             assert "idle" in status(app) and "done 6/6" in screen_text(app)
             for client in clients:

@@ -10,11 +10,12 @@ import pytest
 
 from batchtop.core_engine.sched.request import Request
 from batchtop.core_engine.simulate.calibration import DEFAULT
-from batchtop.core_engine.simulate.clock import VirtualClock, WallPace
+from batchtop.core_engine.simulate.clock import VirtualClock
+from batchtop.core_engine.run.pace import WallPace
 from batchtop.core_engine.simulate.device import simulated_device
 from batchtop.core_engine.simulate.simulation import Simulation
-from batchtop.tui.sources.live import EngineBridge
-from batchtop.tui.simulated_app import SimulatedApp
+from batchtop.tui.sources.live import EngineSource
+from batchtop.tui.app import BatchtopApp
 from batchtop.tui.widgets.engine.device import DevicePanel
 from batchtop.tui.widgets.engine.kv_blocks import KVBlocksPanel
 from batchtop.tui.widgets.engine.roofline import RooflinePanel
@@ -26,12 +27,12 @@ from tests.tui.test_dashboard import WORKLOAD, status, step, wait_for
 H200 = simulated_device("h200")
 
 
-def make_app(requests: list[Request] = WORKLOAD, speed: float = 1.0, calibration=DEFAULT) -> SimulatedApp:
+def make_app(requests: list[Request] = WORKLOAD, speed: float = 1.0, calibration=DEFAULT) -> BatchtopApp:
     config = tiny_config(max_num_seqs=4)
     simulation = Simulation(H200, H200.peaks(config.dtype), calibration)
     engine = simulation.engine(config)
-    bridge = EngineBridge(engine, requests, start_paused=True, pace=WallPace(engine.clock, speed))
-    return SimulatedApp(bridge, simulation, config=config, peaks=simulation.peaks)
+    return BatchtopApp(EngineSource(engine, requests, start_paused=True, pace=WallPace(engine.clock, speed),
+                                    simulation=simulation, peaks=simulation.peaks))
 
 
 async def test_the_status_line_and_every_modelled_panel_say_simulated_and_the_speed_keys_work():
@@ -65,9 +66,9 @@ async def test_an_hour_without_arrivals_passes_at_once_at_max_speed():
     async with app.run_test(size=(120, 36)) as pilot:
         started = time.monotonic()
         await pilot.press("space")
-        await wait_for(pilot, lambda: app.bridge.frame.state == "finished")
+        await wait_for(pilot, lambda: app.source.frame.state == "finished")
         assert time.monotonic() - started < 10
-        assert app.bridge.frame.snapshot.t > 3600 and app.bridge.frame.metrics.completed == 2
+        assert app.source.frame.snapshot.t > 3600 and app.source.frame.metrics.completed == 2
         assert "max speed" in status(app)
 
 

@@ -16,9 +16,8 @@ from batchtop.core_engine.run.session import Session
 from batchtop.core_engine.engine.detokenizer import TextDecoder
 from batchtop.core_engine.trace.trace import read_trace
 from batchtop.tui.app import BatchtopApp
-from batchtop.tui.sources.live import EngineBridge
+from batchtop.tui.sources.live import EngineSource
 from batchtop.tui.cli import main
-from batchtop.tui.replay_app import ReplayApp
 from batchtop.tui.sources.replay import ReplaySource
 from batchtop.tui.screens.request_detail import NO_TOKENIZER, NOT_RECORDED, RequestScreen
 from batchtop.tui.widgets.engine.slots import SlotsPanel
@@ -42,15 +41,15 @@ def text_app(model_dir) -> tuple[BatchtopApp, Tokenizer]:
     engine = Engine(config, clock=TickClock())
     requests = text_requests(tok)
     session = Session(engine, requests, text=TextDecoder(tok))
-    bridge = EngineBridge(engine, requests, start_paused=True, session=session)
-    return BatchtopApp(bridge, config, PEAKS, device_label="test-cpu"), tok
+    source = EngineSource(engine, requests, start_paused=True, session=session, peaks=PEAKS, device_label="test-cpu")
+    return BatchtopApp(source), tok
 
 
 def shown_output(app: BatchtopApp, tok: Tokenizer, index: int) -> str:
     """Request t{index}'s output text in the newest frame, checked against the engine's own tokens
     decoded in one go (the stream holds back only a character still cut in two)."""
-    text = app.bridge.frame.texts[index].output
-    seq = app.bridge.engine._live.get(f"t{index}")
+    text = app.source.frame.texts[index].output
+    seq = app.source.engine._live.get(f"t{index}")
     if seq is not None:
         assert tok.decode(seq.token_ids[seq.prompt_len:]).startswith(text)
     return text
@@ -105,8 +104,8 @@ async def test_a_click_on_a_slot_opens_its_request_and_it_stays_after_finishing(
         assert app.screen.request_id == "t2"
         output_so_far = shown_output(app, tok, 2)
         app.pop_screen()
-        app.bridge.toggle_pause()  # run to the end: t2 finishes and leaves its slot
-        await wait_for(pilot, lambda: app.bridge.frame.state == "finished")
+        app.source.act("toggle_pause")  # run to the end: t2 finishes and leaves its slot
+        await wait_for(pilot, lambda: app.source.frame.state == "finished")
         app.push_screen(RequestScreen(2, "t2"))
         await wait_for(pilot, lambda: "done: no longer in a slot" in detail_text(app))
         assert output_so_far in detail_text(app) and SENTENCES[2] in detail_text(app)
@@ -190,25 +189,24 @@ async def test_replay_shows_the_recorded_text(hf_checkpoints, tmp_path):
             for i, t in e["outputs"]:
                 live[i] = live.get(i, "") + t
     trace = read_trace(str(trace_path))
-    config = tiny_config(model=read_model_config(model_dir))
-    app = ReplayApp(ReplaySource(trace, start_paused=True), config, PEAKS)
+    app = BatchtopApp(ReplaySource(trace, start_paused=True))
     async with app.run_test(size=WIDE) as pilot:
         await pilot.press("n", "n")
-        await wait_for(pilot, lambda: app.bridge.frame.snapshot is not None and app.bridge.frame.texts)
+        await wait_for(pilot, lambda: app.source.frame.snapshot is not None and app.source.frame.texts)
         await pilot.press("down", "enter")
         await wait_for(pilot, lambda: isinstance(app.screen, RequestScreen))
         index = app.screen.index
         app.pop_screen()
         await pilot.press("G")  # to the end of the recording
-        await wait_for(pilot, lambda: app.bridge.frame.metrics.completed == 3)
-        assert app.bridge.frame.texts[index].output == live[index]
+        await wait_for(pilot, lambda: app.source.frame.metrics.completed == 3)
+        assert app.source.frame.texts[index].output == live[index]
 
     plain = tmp_path / "plain.jsonl"
     assert record(model_dir, plain).exit_code == 0
-    app = ReplayApp(ReplaySource(read_trace(str(plain)), start_paused=True), config, PEAKS)
+    app = BatchtopApp(ReplaySource(read_trace(str(plain)), start_paused=True))
     async with app.run_test(size=WIDE) as pilot:
         await pilot.press("n")
-        await wait_for(pilot, lambda: app.bridge.frame.snapshot is not None)
+        await wait_for(pilot, lambda: app.source.frame.snapshot is not None)
         await pilot.press("down", "enter")
         await wait_for(pilot, lambda: isinstance(app.screen, RequestScreen))
         assert NOT_RECORDED in detail_text(app)

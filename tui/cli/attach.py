@@ -7,67 +7,18 @@ from __future__ import annotations
 import signal
 import sys
 import time
-from dataclasses import dataclass
 
-from batchtop.core_engine.attach.monitor import AttachFrame, LivePoller, Monitor
+from batchtop.core_engine.attach.monitor import AttachFrame, LivePoller
 from batchtop.core_engine.attach.peaks import attach_peaks
-from batchtop.core_engine.attach.record import AttachRecorder, attach_header
 from batchtop.core_engine.attach.report import attach_report
+from batchtop.core_engine.attach.setup import AttachOptions, AttachSetup
 from batchtop.core_engine.attach.roofline_point import ModelEstimate
 from batchtop.core_engine.attach.scrape import metrics_url
 from batchtop.core_engine.errors import ConfigError
-from batchtop.core_engine.perf.device_peaks import DevicePeaks
 from batchtop.core_engine.run.stop import Terminated, exit_status
 from batchtop.tui.cli.headless import note
 from batchtop.tui.cli.options import bad_input_exits
-from batchtop.tui.cli.output import check_outputs, deliver_json
-
-
-@dataclass(frozen=True, slots=True)
-class AttachOptions:
-    interval: float = 1.0
-    window: float = 30.0
-    timeout: float | None = None
-    record: str | None = None
-    headless: bool = False
-    duration: float | None = None
-    output: str | None = None
-    max_num_seqs: int | None = None
-    device: str | None = None
-    model: str | None = None
-    dtype: str = "bfloat16"
-    theme: str = "batchtop-dark"
-
-    @property
-    def timeout_s(self) -> float:
-        return self.timeout if self.timeout is not None else 0.8 * self.interval
-
-
-@dataclass(frozen=True, slots=True)
-class AttachSetup:
-    urls: list[str]
-    opts: AttachOptions
-    estimate: ModelEstimate | None
-    peaks: DevicePeaks | None
-    peaks_note: str
-
-    @property
-    def window_s(self) -> float:
-        """Headless, the percentiles cover the whole watch; on screen, the last --window seconds."""
-        if self.opts.headless and self.opts.duration is not None:
-            return max(self.opts.window, self.opts.duration + self.opts.interval)
-        return self.opts.window
-
-    def monitor(self) -> Monitor:
-        return Monitor(self.urls, window_s=self.window_s, max_num_seqs=self.opts.max_num_seqs,
-                       estimate=self.estimate)
-
-    def recorder(self) -> AttachRecorder | None:
-        if self.opts.record is None:
-            return None
-        return AttachRecorder(self.opts.record, attach_header(
-            self.urls, self.opts.interval, self.window_s, self.opts.max_num_seqs, self.estimate,
-            self.peaks.as_dict() if self.peaks is not None else None) | {"peaks_note": self.peaks_note})
+from batchtop.core_engine.output_files import check_outputs, deliver_json
 
 
 def prepare(urls: tuple[str, ...], opts: AttachOptions) -> AttachSetup:
@@ -145,9 +96,7 @@ def run_attach(urls: tuple[str, ...], opts: AttachOptions) -> None:
          f"roofs: {setup.peaks_note}")
     if opts.headless:
         sys.exit(run_headless(setup))
-    from batchtop.tui.attach_app import AttachApp  # Textual loads only here
-    from batchtop.tui.sources.attach import LiveFeed
+    from batchtop.tui.app import BatchtopApp  # Textual loads only here
+    from batchtop.tui.sources.attach import AttachSource
 
-    feed = LiveFeed(setup)
-    app = AttachApp(feed, setup.peaks, setup.peaks_note, theme=opts.theme)
-    sys.exit(app.run() or 0)
+    sys.exit(BatchtopApp(AttachSource(setup), theme=opts.theme).run() or 0)

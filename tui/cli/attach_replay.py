@@ -11,7 +11,7 @@ from batchtop.core_engine.perf.device_peaks import peaks_from_dict
 from batchtop.core_engine.trace.trace import Trace
 from batchtop.tui.cli.headless import note
 from batchtop.tui.cli.options import bad_input_exits
-from batchtop.tui.cli.output import deliver_json
+from batchtop.core_engine.output_files import deliver_json
 
 
 def replay_attach_report(trace: Trace) -> dict:
@@ -35,11 +35,9 @@ def run_attach_replay(trace: Trace, *, headless: bool, output: str | None, speed
         note(f"warning: {warning}")
     if headless:
         sys.exit(0 if deliver_json(doc, output) else 1)
-    from batchtop.tui.attach_app import AttachApp  # Textual loads only here
-    from batchtop.tui.sources.attach import ReplayFeed
+    from batchtop.tui.app import BatchtopApp  # Textual loads only here
+    from batchtop.tui.sources.attach import AttachReplaySource
 
     with bad_input_exits():
-        feed = ReplayFeed(trace, speed)
-    app = AttachApp(feed, peaks_from_dict(trace.header.get("peaks")),
-                    f"{trace.header.get('peaks_note', 'recorded')} (recorded)", theme=theme)
-    sys.exit(app.run() or 0)
+        source = AttachReplaySource(trace, speed)
+    sys.exit(BatchtopApp(source, theme=theme).run() or 0)

@@ -5,7 +5,8 @@ from __future__ import annotations
 import sys
 
 from batchtop.core_engine.perf.telemetry import TelemetrySampler
-from batchtop.core_engine.simulate.clock import VirtualClock, WallPace
+from batchtop.core_engine.run.pace import WallPace
+from batchtop.core_engine.simulate.clock import VirtualClock
 from batchtop.core_engine.torch_thread import call_in_thread
 from batchtop.tui.cli.headless import build_engine, load_peaks, pace_workload
 from batchtop.tui.cli.options import bad_input_exits, build_setup, workload_info
@@ -21,23 +22,18 @@ def run_dashboard(opts: dict, *, theme: str = "batchtop-dark", start_paused: boo
 
     engine, setup, peaks = call_in_thread(build)
     from batchtop.tui.app import BatchtopApp  # Textual loads only here, never on the headless path
-    from batchtop.tui.sources.live import EngineBridge
-    from batchtop.tui.widgets.engine.waiting import arrivals_label
+    from batchtop.tui.sources.live import EngineSource
 
     # a what-if run computes no real tokens: there are no words to show
     session = setup.open_session(engine, peaks, show_text=setup.simulation is None)
-    arrivals = arrivals_label(workload_info(setup.spec, setup.requests))
+    workload = workload_info(setup.spec, setup.requests)
     if setup.simulation is not None:
-        from batchtop.tui.simulated_app import SimulatedApp
-
         clock = engine.clock
         assert isinstance(clock, VirtualClock), "a simulated engine keeps simulated time"
-        bridge = EngineBridge(engine, setup.requests, start_paused=start_paused, session=session,
-                              pace=WallPace(clock))
-        app = SimulatedApp(bridge, setup.simulation, config=setup.config, peaks=peaks, theme=theme, arrivals=arrivals)
+        source = EngineSource(engine, session=session, peaks=peaks, simulation=setup.simulation,
+                              pace=WallPace(clock), workload=workload, start_paused=start_paused)
     else:
-        bridge = EngineBridge(engine, setup.requests, start_paused=start_paused, session=session)
-        app = BatchtopApp(bridge, setup.config, peaks, telemetry=TelemetrySampler(setup.config.device), theme=theme,
-                          arrivals=arrivals)
-    code = app.run()
+        source = EngineSource(engine, session=session, peaks=peaks, telemetry=TelemetrySampler(setup.config.device),
+                              workload=workload, start_paused=start_paused)
+    code = BatchtopApp(source, theme=theme).run()
     sys.exit(code or 0)

@@ -11,7 +11,7 @@ from batchtop.core_engine.trace.trace import Trace, TraceError, read_trace
 from batchtop.core_engine.trace.schema import HeaderError, engine_header
 from batchtop.tui.cli.headless import note
 from batchtop.tui.cli.options import bad_input_exits
-from batchtop.tui.cli.output import check_outputs, deliver_json
+from batchtop.core_engine.output_files import check_outputs, deliver_json
 
 
 def recorded_engine(trace: Trace) -> tuple[EngineConfig, DevicePeaks | None]:
@@ -46,7 +46,7 @@ def run_replay(path: str, *, headless: bool, output: str | None, speed: float, t
         if trace.header.get("source") == "attach":  # from `batchtop attach --record`: its own panels
             from batchtop.tui.cli.attach_replay import run_attach_replay
             return run_attach_replay(trace, headless=headless, output=output, speed=speed, theme=theme)
-        config, peaks = recorded_engine(trace)
+        recorded_engine(trace)  # a header that describes no engine exits 2 naming the field
         for warning in trace.warnings:
             note(f"warning: {warning}")
         if headless:  # every event is decoded here, inside the handler: an inconsistent one exits 2
@@ -56,12 +56,5 @@ def run_replay(path: str, *, headless: bool, output: str | None, speed: float, t
             source = ReplaySource(trace, speed=speed)
     if headless:
         sys.exit(0 if deliver_json(doc, output) else 1)
-    from batchtop.tui.replay_app import ReplayApp  # Textual loads only here
-    from batchtop.tui.widgets.engine.waiting import arrivals_label
-
-    device = (trace.header.get("device") or {}).get("name", config.device)
-    how = "simulated, recorded" if trace.header.get("simulated") else "recorded"
-    app = ReplayApp(source, config, peaks, device_label=f"{device} ({how})",
-                    arrivals=arrivals_label(trace.header.get("workload")),
-                    theme=theme)
-    sys.exit(app.run() or 0)
+    from batchtop.tui.app import BatchtopApp  # Textual loads only here
+    sys.exit(BatchtopApp(source, theme=theme).run() or 0)

@@ -11,7 +11,7 @@ from batchtop.core_engine.errors import ConfigError
 from batchtop.core_engine.perf.device_peaks import DevicePeaks
 from batchtop.core_engine.perf.telemetry import TelemetrySampler
 from batchtop.core_engine.serve.app import create_app
-from batchtop.core_engine.serve.engine_loop import EngineLoop
+from batchtop.core_engine.serve.engine_thread import EngineThread
 from batchtop.core_engine.serve.exporter import VllmMetrics
 from batchtop.core_engine.serve.hub import RequestHub
 from batchtop.core_engine.serve.prompts import ServedModel
@@ -59,7 +59,7 @@ def run_serve(opts: dict, serve: ServeOptions) -> None:
 
 def _headless(session: Session, model: ServedModel, metrics: VllmMetrics, sock: socket.socket,
               serve: ServeOptions) -> int:
-    loop = EngineLoop(session)
+    loop = EngineThread(session)
     hub = RequestHub(session.engine, wake=loop.wake, max_waiting=serve.max_waiting)
     session.listeners.append(hub)
     server = Server(create_app(model, hub, metrics, api_key=serve.api_key), hub, sock, grace_s=serve.shutdown_grace)
@@ -82,21 +82,20 @@ def _headless(session: Session, model: ServedModel, metrics: VllmMetrics, sock: 
 
 def _dashboard(session: Session, model: ServedModel, metrics: VllmMetrics, sock: socket.socket, serve: ServeOptions,
                peaks: DevicePeaks, setup: Setup) -> int:
-    from batchtop.tui.sources.live import EngineBridge  # Textual loads only here, never on the headless path
-    from batchtop.tui.serve_app import ServeApp
-    from batchtop.tui.widgets.engine.waiting import arrivals_label
+    from batchtop.tui.app import BatchtopApp  # Textual loads only here, never on the headless path
+    from batchtop.tui.sources.live import EngineSource
 
-    bridge = EngineBridge(session.engine, setup.requests, session=session, serving=True)
-    hub = RequestHub(session.engine, wake=bridge.wake, max_waiting=serve.max_waiting)
+    config = session.engine.config
+    source = EngineSource(session.engine, session=session, peaks=peaks, telemetry=TelemetrySampler(config.device),
+                          workload=workload_info(setup.spec, setup.requests) if setup.requests else None,
+                          serving_url="(starting)")
+    hub = RequestHub(session.engine, wake=source.wake, max_waiting=serve.max_waiting)
     session.listeners.append(hub)
     server = Server(create_app(model, hub, metrics, api_key=serve.api_key), hub, sock, grace_s=serve.shutdown_grace,
                     quiet=True)
     server.start_in_thread()
-    config = session.engine.config
-    arrivals = arrivals_label(workload_info(setup.spec, setup.requests)) if setup.requests else ""
-    app = ServeApp(bridge, config, peaks, telemetry=TelemetrySampler(config.device), theme=serve.theme,
-                   arrivals=arrivals, url=server.url)
-    code = app.run()
+    source.serving_url = server.url
+    code = BatchtopApp(source, theme=serve.theme).run()
     server.shutdown()  # the engine thread has stopped and ended what was in flight
     server.join()
     return code or 0

@@ -55,8 +55,8 @@ class RequestScreen(ModalScreen[None]):
     def on_mount(self) -> None:
         self.query_one("#request-detail").border_title = f"request {self.request_id}"
         self.query_one("#request-detail").border_subtitle = "escape: close"
-        self.show(self.app.bridge.frame)
-        self.set_interval(REFRESH_S, lambda: self.show(self.app.bridge.frame))
+        self.show(self.app.source.frame)
+        self.set_interval(REFRESH_S, lambda: self.show(self.app.source.frame))
 
     def show(self, frame: DashboardFrame) -> None:
         text = frame.texts.get(self.index)
@@ -73,7 +73,7 @@ class RequestScreen(ModalScreen[None]):
 
     def body(self, text: RequestText | None, any_text: bool) -> Text:
         if text is None:
-            missing = FORGOTTEN if any_text else NO_TOKENIZER if self.app.LIVE else NOT_RECORDED
+            missing = FORGOTTEN if any_text else NO_TOKENIZER if self.app.source.info.live else NOT_RECORDED
             return Text(missing, style="italic")
         out = Text()
         out.append("prompt\n", style="bold underline")

@@ -1,21 +1,24 @@
-"""Where the attach dashboard's frames come from: live scrapes on a timer, or a recording played back
-at its own pace. Both run on a worker thread and hand each frame to the UI; neither touches a widget."""
+"""Attach's frame sources: live scrapes on a timer, or a recording of them played back at its own pace.
+Both run on the worker thread and publish each frame by swapping one reference; neither touches a
+widget or a server socket beyond the scrape itself."""
 
 from __future__ import annotations
 
 import threading
 import time
+from abc import ABC, abstractmethod
 from collections.abc import Callable
-from typing import TYPE_CHECKING
 
 from batchtop.core_engine.attach.monitor import AttachFrame, LivePoller, Monitor
 from batchtop.core_engine.attach.record import monitor_for, recorded_ticks
+from batchtop.core_engine.attach.setup import AttachSetup
+from batchtop.core_engine.perf.device_peaks import DevicePeaks, peaks_from_dict
+from batchtop.core_engine.run.pace import SPEEDS
 from batchtop.core_engine.trace.trace import Trace
+from batchtop.tui.sources.source import ATTACH_LAYOUT, Notify
 
-if TYPE_CHECKING:
-    from batchtop.tui.cli.attach import AttachSetup
-
-SPEEDS = (0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 64.0)
+MAX_REPLAY_SPEED = 64.0
+REPLAY_SPEEDS = tuple(s for s in SPEEDS if s <= MAX_REPLAY_SPEED)
 
 
 def _sleep_until(deadline: float, cancelled: Callable[[], bool], wake: threading.Event) -> None:
@@ -27,16 +30,45 @@ def _sleep_until(deadline: float, cancelled: Callable[[], bool], wake: threading
         wake.clear()
 
 
-class LiveFeed:
-    LIVE = True
+class _AttachSource(ABC):
+    layout = ATTACH_LAYOUT
+    controls: frozenset[str] = frozenset()
+
+    def __init__(self, monitor: Monitor, peaks: DevicePeaks | None, peaks_note: str) -> None:
+        self.monitor = monitor
+        self.peaks, self.peaks_note = peaks, peaks_note
+        self.frame: AttachFrame | None = None
+        self.notify: Notify = lambda kind, text: None
+        self.done = threading.Event()
+        self._wake = threading.Event()
+        self._stop = False
+
+    def run(self, is_cancelled: Callable[[], bool]) -> None:
+        try:
+            self._run(lambda: self._stop or is_cancelled())
+        finally:
+            self.done.set()
+
+    @abstractmethod
+    def _run(self, cancelled: Callable[[], bool]) -> None:
+        """Produce frames until cancelled."""
+
+    def stop(self) -> None:
+        self._stop = True
+        self._wake.set()
+
+    def act(self, name: str) -> str | None:
+        return None
+
+
+class AttachSource(_AttachSource):
+    """Live servers, scraped every --interval."""
 
     def __init__(self, setup: AttachSetup) -> None:
+        super().__init__(setup.monitor(), setup.peaks, setup.peaks_note)
         self.setup = setup
-        self.monitor: Monitor = setup.monitor()
-        self.label = "live"
-        self._wake = threading.Event()
 
-    def run(self, on_frame: Callable[[AttachFrame], None], cancelled: Callable[[], bool]) -> None:
+    def _run(self, cancelled: Callable[[], bool]) -> None:
         opts = self.setup.opts
         poller = LivePoller(self.setup.urls, opts.interval, opts.timeout_s)
         recorder = self.setup.recorder()
@@ -45,38 +77,36 @@ class LiveFeed:
         try:
             while not cancelled():
                 results, t = poller.poll()
-                frame = self.monitor.feed(results, t)
+                frame = self.frame = self.monitor.feed(results, t)
                 if recorder is not None:
                     recorder.tick(frame.tick, t, results)
-                on_frame(frame)
                 _sleep_until(start + frame.tick * opts.interval, cancelled, self._wake)
         finally:
             poller.close()
             if recorder is not None:
                 recorder.close(frame.t, "finished")
 
-    def status(self) -> str:
+    def status(self, frame: AttachFrame | None) -> str:
         rec = f" · recording {self.setup.opts.record}" if self.setup.opts.record else ""
         return f"● live every {self.setup.opts.interval:g}s{rec}"
 
-    def stop(self) -> None:
-        self._wake.set()
 
+class AttachReplaySource(_AttachSource):
+    """A recording from `attach --record`, at its recorded pace (space, < >, n)."""
 
-class ReplayFeed:
-    LIVE = False
+    controls = frozenset({"toggle_pause", "slower", "faster", "next_step"})
 
     def __init__(self, trace: Trace, speed: float = 1.0) -> None:
+        super().__init__(monitor_for(trace), peaks_from_dict(trace.header.get("peaks")),
+                         f"{trace.header.get('peaks_note', 'recorded')} (recorded)")
         self.trace = trace
         self.ticks = list(recorded_ticks(trace))
-        self.monitor = monitor_for(trace)
         self.speed = speed
         self.paused = False
         self.position = 0
         self._step = False
-        self._wake = threading.Event()
 
-    def run(self, on_frame: Callable[[AttachFrame], None], cancelled: Callable[[], bool]) -> None:
+    def _run(self, cancelled: Callable[[], bool]) -> None:
         last_t, last_wall = None, time.monotonic()
         while not cancelled() and self.position < len(self.ticks):
             if self.paused and not self._step:
@@ -92,29 +122,24 @@ class ReplayFeed:
             self._step = False
             self.position += 1
             last_t, last_wall = t, time.monotonic()
-            on_frame(self.monitor.feed(results, t))
+            self.frame = self.monitor.feed(results, t)
 
-    def status(self) -> str:
+    def status(self, frame: AttachFrame | None) -> str:
         state = "‖ paused" if self.paused else ("■ end of recording" if self.position >= len(self.ticks) else "▶ replay")
         return f"{state} {self.position}/{len(self.ticks)} scrapes at {self.speed:g}x · {self.trace.path}"
 
-    def toggle_pause(self) -> None:
-        self.paused = not self.paused
+    def act(self, name: str) -> str | None:
+        if name == "toggle_pause":
+            self.paused = not self.paused
+        elif name == "next_step":
+            self.paused, self._step = True, True
+        elif name == "faster":
+            self.speed = next((s for s in REPLAY_SPEEDS if s > self.speed), REPLAY_SPEEDS[-1])
+            self._wake.set()
+            return f"replay at {self.speed:g}x"
+        elif name == "slower":
+            self.speed = next((s for s in reversed(REPLAY_SPEEDS) if s < self.speed), REPLAY_SPEEDS[0])
+            self._wake.set()
+            return f"replay at {self.speed:g}x"
         self._wake.set()
-
-    def step_once(self) -> None:
-        self.paused, self._step = True, True
-        self._wake.set()
-
-    def faster(self) -> float:
-        self.speed = next((s for s in SPEEDS if s > self.speed), SPEEDS[-1])
-        self._wake.set()
-        return self.speed
-
-    def slower(self) -> float:
-        self.speed = next((s for s in reversed(SPEEDS) if s < self.speed), SPEEDS[0])
-        self._wake.set()
-        return self.speed
-
-    def stop(self) -> None:
-        self._wake.set()
+        return None

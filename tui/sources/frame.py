@@ -117,3 +117,8 @@ class FrameBuilder:
             total=counters.submitted + self.last.num_pending_arrivals if counters else 0)
         return DashboardFrame(self.last, metrics, tuple(self.timeline), tuple(self.trail), state, error, caption,
                               self.last_decode, self.texts.view())
+
+
+def restarted(snap: StepSnapshot) -> bool:
+    """The run started over with this snapshot (`r`, a script's reset, or one in a recording)."""
+    return any(name == "reset" for name, _ in snap.controls)

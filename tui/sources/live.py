@@ -1,11 +1,14 @@
-"""Runs the live engine on a worker thread and publishes frames; the UI only reads and sends commands.
+"""A live engine as a frame source: its Session stepped by the RunLoop on the worker thread, each step
+folded into frames; keys become engine commands and loop calls. The same source serves a what-if
+engine (paced simulated time, `<` `>`) and a served one (idle, not finished, when out of work).
 
-Nothing here touches a widget: the UI polls `frame` on a timer, and rare events (an engine crash, the
-workload finishing) go through the `notify` callback, which the app turns into Textual messages.
+Nothing here touches a widget: the app polls `frame`, and rare events (an engine crash, the workload
+finishing) go through `notify`.
 """
 
 from __future__ import annotations
 
+import math
 import threading
 import time
 import traceback
@@ -13,188 +16,113 @@ from collections.abc import Callable
 
 from batchtop.core_engine.engine import control
 from batchtop.core_engine.engine.engine import Engine
-from batchtop.core_engine.sched.request import Request
+from batchtop.core_engine.perf.device_peaks import DevicePeaks
+from batchtop.core_engine.perf.telemetry import TelemetrySampler
+from batchtop.core_engine.run.loop import RunLoop, Stepped
+from batchtop.core_engine.run.pace import WallPace
 from batchtop.core_engine.run.session import Session
-from batchtop.core_engine.simulate.clock import WallPace
-from batchtop.tui.sources.frame import DashboardFrame, FrameBuilder
+from batchtop.core_engine.sched.request import Request
+from batchtop.core_engine.simulate.simulation import Simulation
+from batchtop.tui.sources.frame import DashboardFrame, FrameBuilder, restarted
+from batchtop.tui.sources.source import ENGINE_LAYOUT, EngineInfo, Notify
 
 PUBLISH_INTERVAL_S = 0.1  # the UI polls at 10 Hz: a frame more often would be built for nobody
-IDLE_WAIT_S = 0.05
 
-Notify = Callable[[str, str], None]  # (kind, text): kind is "error", "finished" or "quit"
+LIVE_CONTROLS = frozenset({"toggle_mode", "more_seqs", "fewer_seqs", "double_seqs", "halve_seqs", "toggle_pause",
+                           "step", "burst", "restart"})
 
 
-class EngineBridge:
-    def __init__(self, engine: Engine, requests: list[Request], *, start_paused: bool = False,
-                 notify: Notify | None = None, session: Session | None = None, serving: bool = False,
-                 pace: WallPace | None = None) -> None:
+def speed_label(speed: float) -> str:
+    return "max speed" if math.isinf(speed) else f"{speed:g}x"
+
+
+class EngineSource:
+    layout = ENGINE_LAYOUT
+
+    def __init__(self, engine: Engine, requests: list[Request] | tuple = (), *, session: Session | None = None,
+                 peaks: DevicePeaks | None = None, device_label: str | None = None,
+                 simulation: Simulation | None = None, pace: WallPace | None = None,
+                 telemetry: TelemetrySampler | None = None, workload: dict | None = None,
+                 serving_url: str | None = None, start_paused: bool = False) -> None:
+        """serving_url: a server's engine: out of work it is idle, waiting for requests, not finished.
+        pace: a what-if engine's simulated time, kept to a multiple of wall time."""
         self.engine = engine
-        self.serving = serving  # a server's engine: out of work it is idle, waiting for requests, not finished
-        self.pace = pace  # a what-if engine: its simulated time kept to a multiple of wall time
-        self.requests = requests
-        self.session = session or Session(engine, requests)
-        engine.load_workload(requests)
-        self.notify: Notify = notify or (lambda kind, text: None)
-        self._builder = FrameBuilder()
-        self._builder.observe(engine.snapshot())  # empty slots and the queue-to-be, before the first step
-        self._paused = start_paused
-        self._pending_steps = 0
-        self._restart = False
-        self._wake = threading.Event()
-        self._lock = threading.Lock()
-        self._last_publish = 0.0
-        self._recorded_pause = start_paused
-        self.stop_requested = False
-        self.done = threading.Event()  # set once the engine thread has left its loop
+        self.session = session or Session(engine, list(requests))
+        engine.load_workload(self.session.workload)
+        label = device_label or (f"{simulation.device.label} (simulated)" if simulation is not None
+                                 else peaks.device_name if peaks is not None else engine.config.device)
+        self.info = EngineInfo(engine.config, peaks, label, simulation=simulation, workload=workload,
+                               telemetry=telemetry)
+        self.serving_url = serving_url
+        self.pace = pace
+        self.controls = LIVE_CONTROLS | ({"slower", "faster"} if pace is not None else frozenset())
+        self.notify: Notify = lambda kind, text: None
+        self.loop = RunLoop(self.session, until_done=False, time=pace, stop_reason="quit", on_step=self._on_step,
+                            on_idle=self._on_idle, on_restart=self._on_restart, paused=start_paused)
         self.runs = 1  # restarts so far + 1
         self.error: str | None = None
         self._finished_announced = False
+        self._last_publish = 0.0
+        self._builder = FrameBuilder()
+        self._builder.observe(engine.snapshot())  # empty slots and the queue-to-be, before the first step
         self.frame: DashboardFrame = self._builder.frame(self._state())
+
+    @property
+    def done(self) -> threading.Event:
+        return self.loop.done
+
+    @property
+    def paused(self) -> bool:
+        return self.loop.paused
 
     @property
     def collector(self):
         """Metrics of the current run so far (read it once the engine thread has stopped or paused)."""
         return self._builder.collector
 
-    # -- controls: called from the UI thread --------------------------------------------------
-    @property
-    def paused(self) -> bool:
-        return self._paused
+    # -- the worker thread ----------------------------------------------------------------------
+    def run(self, is_cancelled: Callable[[], bool]) -> None:
+        end = self.loop.run(is_cancelled)
+        if end.reason == "error":  # the engine is dead; the UI stays up and says why
+            self.error = end.error_text
+            self._publish(force=True, sample=False)
+            self.notify("error", self.error + "\n" + "".join(traceback.format_exception(end.error, limit=6)))
+        elif end.reason == "script quit":
+            self.notify("quit", "the script has ended the demo")
 
-    # Relative commands: the engine applies each to the value in force then, so presses faster than
-    # frames (or a script's change in between) compose instead of repeating a stale frame's value.
-    def toggle_mode(self) -> None:
-        self._send(control.ToggleMode())
-
-    def change_max_num_seqs(self, add: int = 0, multiply: float = 1.0) -> None:
-        self._send(control.ChangeMaxNumSeqs(add, multiply))
-
-    @property
-    def max_num_seqs_cap(self) -> int:
-        return self.engine.max_num_seqs_cap
-
-    def current_max_num_seqs(self) -> int:
-        snap = self.frame.snapshot
-        return snap.max_num_seqs if snap is not None else self.engine.max_num_seqs
-
-    def toggle_pause(self) -> bool:
-        self._paused = not self._paused
-        self._wake.set()
-        return self._paused
-
-    def step_once(self) -> None:
-        with self._lock:
-            self._pending_steps += 1
-        self._wake.set()
-
-    def burst(self, count: int | None = None) -> int:
-        with self._lock:  # the script may burst from the engine thread at the same time
-            n = self.session.burst(count or max(8, self.current_max_num_seqs()))
-        self._wake.set()
-        return n
+    def stop(self) -> None:
+        self.loop.stop()
 
     def wake(self) -> None:
         """Thread-safe: work has arrived (a server's request); an idle engine thread starts at once."""
-        self._wake.set()
+        self.loop.wake()
 
-    def restart(self) -> None:
-        self._restart = True
-        self._wake.set()
-
-    def _send(self, command: control.Command) -> None:
-        self.engine.submit(command)
-        self._wake.set()
-
-    # -- the engine thread ----------------------------------------------------------------------
-    def stop(self) -> None:
-        """Ask the engine thread to finish its step and leave; `done` is set when it has."""
-        self.stop_requested = True
-        self._wake.set()
-
-    def run(self, is_cancelled: Callable[[], bool]) -> None:
-        """The worker body: step while running, wait while paused or done, stop when cancelled."""
-        try:
-            while not (is_cancelled() or self.stop_requested or self.session.quit_requested):
-                self._loop_once()
-            self.session.close("script quit" if self.session.quit_requested else "quit")
-            if self.session.quit_requested:
-                self.notify("quit", "the script has ended the demo")
-        except Exception as exc:  # the engine is dead; the UI stays up and says why
-            self.error = f"{type(exc).__name__}: {exc}"
-            self._publish(force=True, sample=False)
-            self.session.close("error", self.error)
-            self.notify("error", self.error + "\n" + traceback.format_exc(limit=6))
-        finally:
-            self.done.set()
-
-    def _loop_once(self) -> None:
-        if self._recorded_pause != self._paused:
-            self._recorded_pause = self._paused
-            self.session.note("pause" if self._paused else "resume")
-        if self._restart:
-            self._restart = False
-            self.engine.submit(control.Reset())
-            self.engine.apply_pending()
-            snap = self.engine.snapshot()
-            self.session.after_step(snap)
+    def _on_step(self, item: Stepped, forced: bool) -> None:
+        if restarted(item.snapshot):
             self._builder = FrameBuilder()
-            self._builder.observe(snap)
-            self._finished_announced = False
-            self.runs += 1
-        with self._lock:
-            single = self._pending_steps > 0
-        if not self._paused:
-            with self._lock:
-                self.session.before_step()
-        if (self._paused and not single) or (self.engine.is_done() and not single):
-            self._idle()
-            return
-        if self.pace is not None and not single and (ahead := self.pace.ahead_s()) > 0:
-            self._wake.wait(min(ahead, IDLE_WAIT_S))  # simulated time is ahead of its pace
-            self._wake.clear()
-            return
-        snap = self.engine.step()
-        if single:
-            with self._lock:
-                self._pending_steps -= 1
-        self._builder.observe(snap, self.session.after_step(snap))
-        if not snap.is_step:
-            wait = self.session.seconds_until_next_event()
-            self._publish(force=single, sample=False)
-            if wait and self.pace is not None:
-                wait = self.pace.idle(wait)  # the virtual clock moves on as far as wall time allows
-            if wait:
-                self._wake.wait(min(wait, IDLE_WAIT_S))
-                self._wake.clear()
-            return
-        self._publish(force=single)
+        self._builder.observe(item.snapshot, item.text)
+        self._publish(force=forced or not item.is_step, sample=item.is_step)
 
-    def _idle(self) -> None:
-        """Apply controls sent while paused (so the status line follows at once) and wait."""
-        if self.engine.apply_pending():
-            snap = self.engine.snapshot()
-            self._builder.observe(snap, self.session.after_step(snap))
-        if self.pace is not None:
-            wait = None if self._paused else self.session.seconds_until_next_event()
-            if wait:
-                self.pace.idle(wait)  # a script action still to come: simulated time goes on
-            else:
-                self.pace.hold()  # time paused or idle is not made up for afterwards
-        if (self.engine.is_done() and not self.serving and not self._finished_announced
+    def _on_restart(self, item: Stepped | None) -> None:
+        self._finished_announced = False
+        self.runs += 1
+        if item is not None:
+            self._on_step(item, True)
+
+    def _on_idle(self) -> None:
+        if (self.engine.is_done() and self.serving_url is None and not self._finished_announced
                 and self._builder.last is not None):
             self._finished_announced = True
             self.notify("finished", "workload finished — press r to run it again")
         self._publish(force=True, sample=False)
-        self._wake.wait(0.1)
-        self._wake.clear()
 
     def _state(self) -> str:
         if self.error is not None:
             return "error"
-        if self._paused:
+        if self.loop.paused:
             return "paused"
         if self.engine.is_done():
-            return "idle" if self.serving else "finished"
+            return "idle" if self.serving_url is not None else "finished"
         return "running"
 
     def _publish(self, force: bool = False, sample: bool = True) -> None:
@@ -205,3 +133,82 @@ class EngineBridge:
         if sample:
             self._builder.sample_rate()
         self.frame = self._builder.frame(self._state(), self.error, self.session.caption)
+
+    # -- keys (the UI thread) ---------------------------------------------------------------------
+    def act(self, name: str) -> str | None:
+        return getattr(self, f"_act_{name}")()
+
+    def current_max_num_seqs(self) -> int:
+        snap = self.frame.snapshot
+        return snap.max_num_seqs if snap is not None else self.engine.max_num_seqs
+
+    def _send(self, command: control.Command) -> None:
+        self.engine.submit(command)
+        self.loop.wake()
+
+    def _act_toggle_mode(self) -> str:
+        # relative commands: the engine applies each to the value in force then, so presses faster than
+        # frames (or a script's change in between) compose instead of repeating a stale frame's value
+        self._send(control.ToggleMode())
+        return "static ⇄ continuous from the next admission (the status line shows the mode)"
+
+    def _change_seqs(self, add: int = 0, multiply: float = 1.0) -> str | None:
+        cap = self.engine.max_num_seqs_cap
+        at_cap = (add > 0 or multiply > 1) and self.current_max_num_seqs() >= cap
+        self._send(control.ChangeMaxNumSeqs(add, multiply))
+        if at_cap:
+            return (f"max_num_seqs is at its cap, {cap}: max_num_batched_tokens must hold every decode "
+                    "(start with a larger --max-num-batched-tokens)")
+        return None
+
+    def _act_more_seqs(self) -> str | None:
+        return self._change_seqs(add=1)
+
+    def _act_fewer_seqs(self) -> str | None:
+        return self._change_seqs(add=-1)
+
+    def _act_double_seqs(self) -> str | None:
+        return self._change_seqs(multiply=2)
+
+    def _act_halve_seqs(self) -> str | None:
+        return self._change_seqs(multiply=0.5)
+
+    def _act_toggle_pause(self) -> None:
+        self.loop.toggle_pause()
+
+    def _act_step(self) -> str | None:
+        if not self.loop.paused:
+            return "n steps while paused: press space first"
+        self.loop.step_once()
+        return None
+
+    def _act_burst(self) -> str:
+        n = self.session.burst(max(8, self.current_max_num_seqs()))
+        self.loop.wake()
+        return f"burst: {n} requests arrive now"
+
+    def _act_restart(self) -> str:
+        self.loop.restart()
+        return "restarting the workload from t=0"
+
+    def _act_slower(self) -> str:
+        return f"simulated time at {speed_label(self.pace.slower())} wall time"
+
+    def _act_faster(self) -> str:
+        return f"simulated time at {speed_label(self.pace.faster())} wall time"
+
+    # -- the status line ----------------------------------------------------------------------------
+    def status(self, frame: DashboardFrame) -> str:
+        parts = []
+        if self.serving_url is not None:
+            parts.append(f"serving {self.serving_url}")
+        sim = self.info.simulation
+        if sim is not None:
+            text = f"{sim.tag} · {speed_label(self.pace.speed)}"
+            if self.pace.behind and frame.state == "running":
+                text += " (host-bound: slower)"  # simulating a step takes longer than the pace allows
+            parts.append(text)
+        extra = frame.error or frame.caption
+        if extra:
+            parts.append(extra)
+        return " │ ".join(parts) if sim is not None else " · ".join(parts)

@@ -1,144 +1,113 @@
-"""Replays a trace into the dashboard: recorded snapshots go through the same FrameBuilder the live
-bridge uses, at recorded speed, so the panels cannot tell live from replay."""
+"""A recorded session as a frame source: its TracePlayer stepped by the same RunLoop as a live engine,
+at recorded speed (paced), into the same FrameBuilder, so the panels cannot tell live from replay."""
 
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Callable
 
-from batchtop.core_engine.engine.snapshot import StepSnapshot
-from batchtop.core_engine.engine.detokenizer import TextDelta
+from batchtop.core_engine.run.loop import RunLoop, Stepped
+from batchtop.core_engine.run.pace import WallPace
+from batchtop.core_engine.run.replay import TracePlayer
+from batchtop.core_engine.trace.schema import engine_header
 from batchtop.core_engine.trace.trace import Trace
-from batchtop.tui.sources.frame import DashboardFrame, FrameBuilder
+from batchtop.tui.sources.frame import DashboardFrame, FrameBuilder, restarted
+from batchtop.tui.sources.source import ENGINE_LAYOUT, EngineInfo, Notify
 
-SPEEDS = (0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 16.0)
+MAX_REPLAY_SPEED = 64.0
 
 
 class ReplaySource:
+    layout = ENGINE_LAYOUT
+    controls = frozenset({"toggle_pause", "slower", "faster", "next_step", "seek_start", "seek_end"})
+
     def __init__(self, trace: Trace, *, speed: float = 1.0, start_paused: bool = False) -> None:
+        """The trace's header must hold an engine's config (engine_header raises HeaderError otherwise)."""
         self.trace = trace
-        self.items: list[tuple[dict, StepSnapshot | None]] = list(trace.snapshots())
-        self.num_steps = sum(1 for _, snap in self.items if snap is not None and snap.is_step)
-        self.duration = self.items[-1][0]["t"] if self.items else 0.0
-        self.speed = speed
-        self.paused = start_paused
-        self.notify: Callable[[str, str], None] = lambda kind, text: None
-        self._lock = threading.Lock()
-        self._wake = threading.Event()
-        self._seek: int | None = None
-        self._single = 0
-        self.stop_requested = False
-        self.done = threading.Event()
-        self._reset_state()
+        config, peaks = engine_header(trace.header)
+        device = (trace.header.get("device") or {}).get("name", config.device)
+        how = "simulated, recorded" if trace.header.get("simulated") else "recorded"
+        self.info = EngineInfo(config, peaks, f"{device} ({how})", live=False, workload=trace.header.get("workload"))
+        self.notify: Notify = lambda kind, text: None
+        self.player = TracePlayer(trace, on_error=lambda message: self.notify("error", message))
+        self.pace = WallPace(self.player.clock, speed, max_speed=MAX_REPLAY_SPEED)
+        self.loop = RunLoop(self.player, until_done=False, time=self.pace, on_step=self._on_step,
+                            on_idle=self._publish, on_restart=self._on_restart, paused=start_paused)
+        self._builder = FrameBuilder()
         self.frame: DashboardFrame = self._frame()
 
-    def _reset_state(self) -> None:
-        self.pos = 0  # next item to play
-        self.clock = 0.0  # replay time, in the recording's seconds
-        self.caption: str | None = None
-        self.recorded_pause = False
-        self._builder = FrameBuilder()
+    @property
+    def done(self) -> threading.Event:
+        return self.loop.done
 
-    # -- controls (UI thread) -------------------------------------------------------------------
-    def toggle_pause(self) -> bool:
-        self.paused = not self.paused
-        self._wake.set()
-        return self.paused
+    @property
+    def paused(self) -> bool:
+        return self.loop.paused
 
-    def faster(self) -> float:
-        self.speed = next((s for s in SPEEDS if s > self.speed), SPEEDS[-1])
-        return self.speed
-
-    def slower(self) -> float:
-        self.speed = next((s for s in reversed(SPEEDS) if s < self.speed), SPEEDS[0])
-        return self.speed
-
-    def step_once(self) -> None:
-        with self._lock:
-            self._single += 1
-        self._wake.set()
-
-    def seek_start(self) -> None:
-        self._seek = 0
-        self._wake.set()
-
-    def seek_end(self) -> None:
-        self._seek = len(self.items)
-        self._wake.set()
-
-    # -- the replay thread ----------------------------------------------------------------------
-    def stop(self) -> None:
-        self.stop_requested = True
-        self._wake.set()
+    @property
+    def pos(self) -> int:
+        return self.player.pos
 
     def run(self, is_cancelled: Callable[[], bool]) -> None:
-        try:
-            self._run(is_cancelled)
-        finally:
-            self.done.set()
+        self.loop.run(is_cancelled)
 
-    def _run(self, is_cancelled: Callable[[], bool]) -> None:
-        last = time.monotonic()
-        while not (is_cancelled() or self.stop_requested):
-            now = time.monotonic()
-            elapsed, last = now - last, now
-            if self._seek is not None:
-                self._do_seek(self._seek)
-                continue
-            with self._lock:
-                single = self._single > 0
-                if single:
-                    self._single -= 1
-            if single:
-                self._play_until_step()
-            elif not self.paused and self.pos < len(self.items):
-                self.clock += elapsed * self.speed
-                while self.pos < len(self.items) and self.items[self.pos][0]["t"] <= self.clock:
-                    self._play(self.pos)
-            self.frame = self._frame()
-            self._wake.wait(0.03)
-            self._wake.clear()
+    def stop(self) -> None:
+        self.loop.stop()
 
-    def _play(self, index: int) -> None:
-        event, snap = self.items[index]
-        self.pos = index + 1
-        if event["type"] == "control":
-            if event["name"] == "caption":
-                self.caption = event["value"]
-            elif event["name"] in ("pause", "resume"):
-                self.recorded_pause = event["name"] == "pause"
-            elif event["name"] == "reset":
-                self._builder = FrameBuilder()
-        elif event["type"] == "text":  # recorded with --record-text; checked when the trace was read
-            self._builder.texts.add(TextDelta.from_event(event))
-        elif event["type"] == "error":
-            self.notify("error", f"the recorded engine failed: {event['message']}")
-        if snap is not None:
-            self._builder.observe(snap)
-            self._builder.sample_rate()
+    def _on_step(self, item: Stepped, forced: bool) -> None:
+        if restarted(item.snapshot):
+            self._builder = FrameBuilder()
+        self._builder.observe(item.snapshot, item.text)
+        self._builder.sample_rate()
+        self._publish()
 
-    def _play_until_step(self) -> None:
-        while self.pos < len(self.items):
-            self._play(self.pos)
-            snap = self.items[self.pos - 1][1]
-            if snap is not None and snap.is_step:
-                break
-        self.clock = self.items[self.pos - 1][0]["t"] if self.pos else 0.0
+    def _on_restart(self, item: Stepped | None) -> None:
+        self._builder = FrameBuilder()
+        self.pace.hold()
+        self._publish()
 
-    def _do_seek(self, target: int) -> None:
-        self._seek = None
-        self._reset_state()
-        for index in range(min(target, len(self.items))):
-            self._play(index)
-        self.clock = self.items[self.pos - 1][0]["t"] if self.pos else 0.0
-        self.frame = self._frame()
+    def _seek_end(self) -> None:
+        for item in self.player.play_to_end():
+            self._builder.observe(item.snapshot, item.text)
+        self.pace.hold()
+        self._publish()
 
     def _frame(self) -> DashboardFrame:
-        state = "paused" if self.paused else "finished" if self.pos >= len(self.items) else "replay"
-        return self._builder.frame(state, None, self.caption)
+        state = "paused" if self.loop.paused else "finished" if self.player.is_done() else "replay"
+        return self._builder.frame(state, None, self.player.caption)
+
+    def _publish(self) -> None:
+        self.frame = self._frame()
+
+    # -- keys (the UI thread) ---------------------------------------------------------------------
+    def act(self, name: str) -> str | None:
+        if name == "toggle_pause":
+            self.loop.toggle_pause()
+            self._publish()
+        elif name == "next_step":
+            if not self.loop.paused:
+                self.loop.toggle_pause()
+            self.loop.step_once()
+        elif name in ("slower", "faster"):
+            speed = self.pace.slower() if name == "slower" else self.pace.faster()
+            self.loop.wake()
+            return f"replay at {speed:g}x"
+        elif name == "seek_start":
+            self.loop.restart()
+        elif name == "seek_end":
+            self.loop.call_soon(self._seek_end)
+        return None
+
+    def status(self, frame: DashboardFrame) -> str:
+        parts = [self.position()]
+        if self.player.recorded_pause:
+            parts.append("paused in the recording")
+        if frame.caption:
+            parts.append(frame.caption)
+        return " │ ".join(parts)
 
     def position(self) -> str:
         snap = self.frame.snapshot
         step = snap.counters.steps if snap is not None else 0
-        return f"REPLAY {self.speed:g}x · step {step}/{self.num_steps} · {self.clock:.1f}/{self.duration:.1f}s"
+        return (f"REPLAY {self.pace.speed:g}x · step {step}/{self.player.num_steps} · "
+                f"{self.player.clock():.1f}/{self.player.duration:.1f}s")
