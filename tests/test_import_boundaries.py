@@ -126,10 +126,13 @@ def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
 
 
 def sub_package(module: str) -> str:
-    """batchtop.core_engine.engine.engine -> batchtop.core_engine.engine; widgets go one level deeper."""
+    """batchtop.core_engine.engine.engine -> batchtop.core_engine.engine (a package is its own); the
+    widgets folders go one level deeper. Modules at a top-level package's root belong to it."""
     parts = module.split(".")
     depth = 4 if parts[1:3] == ["tui", "widgets"] else 3
-    return ".".join(parts[:depth]) if len(parts) > depth else ".".join(parts[:depth - 1])
+    candidate = ".".join(parts[:depth])
+    path = ROOT.joinpath(*candidate.split(".")[1:])
+    return candidate if path.is_dir() else ".".join(parts[:depth - 1])
 
 
 def test_no_module_imports_itself_back_through_a_cycle():
