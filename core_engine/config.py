@@ -50,7 +50,8 @@ class ModelConfig:
     tie_word_embeddings: bool = False  # the lm_head is the embedding matrix
     eos_token_ids: tuple[int, ...] = ()  # generation stops at these unless the request ignores EOS
     architecture: str = "LlamaForCausalLM"
-    checkpoint: str | None = None  # Hugging Face model directory the weights load from; None: seeded random
+    checkpoint: str | None = None  # Hugging Face model directory (or GGUF file) the weights load from; None: seeded random
+    quantization: str | None = None  # a GGUF file's weight type (Q4_1, Q8_0, ...), dequantized to the run's dtype
 
     def __post_init__(self) -> None:
         for name in ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers",
@@ -96,6 +97,7 @@ class ModelConfig:
     def as_dict(self) -> dict:
         return {
             "name": self.name, "architecture": self.architecture, "checkpoint": self.checkpoint,
+            "quantization": self.quantization,
             "vocab_size": self.vocab_size, "hidden_size": self.hidden_size,
             "intermediate_size": self.intermediate_size, "num_hidden_layers": self.num_hidden_layers,
             "num_attention_heads": self.num_attention_heads,

@@ -112,6 +112,9 @@ def check_fits(config: ModelConfig, dtype: str, device: str, option: str = "--mo
 
 def load_model(config: ModelConfig, device: str, dtype: torch.dtype) -> LlamaForCausalLM:
     """The checkpoint's weights in a model allocated once on `device` in `dtype`."""
+    if Path(config.checkpoint).is_file():  # a GGUF file (model/gguf_weights.py), not a directory
+        from batchtop.core_engine.model.gguf_weights import load_gguf_model
+        return load_gguf_model(config, device, dtype)
     files = check_checkpoint(config)
     model = empty_model(config, device, dtype)
     targets = hf_parameters(model)

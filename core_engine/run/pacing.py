@@ -20,7 +20,7 @@ import statistics
 from dataclasses import dataclass, replace
 
 from batchtop.core_engine.engine.engine import Engine
-from batchtop.core_engine.sched.request import Request
+from batchtop.core_engine.sched.request import Request, SamplingParams
 from batchtop.core_engine.simulate.clock import VirtualClock
 
 TARGET_SLOT_UTILIZATION = 0.8
@@ -64,7 +64,9 @@ def measure_throughput(engine: Engine, requests: list[Request], concurrency: int
     lengths = first_wave + [output_len] * (2 * concurrency)
     probe = Engine(engine.config.with_(mode="continuous", max_num_seqs=concurrency), runner=engine.runner,
                    clock=engine.clock)
-    probe.load_workload([Request(f"pace{i}", prompt, n) for i, n in enumerate(lengths)])
+    # the probe's lengths are its own: a real model's EOS must not end a probe request early
+    probe.load_workload([Request(f"pace{i}", prompt, n, sampling=SamplingParams(ignore_eos=True))
+                         for i, n in enumerate(lengths)])
     first_ids = {f"pace{i}" for i in range(concurrency)}
     started: set[str] = set()
     busy, generated, steps, before = 0.0, 0, 0, 0

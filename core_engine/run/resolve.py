@@ -6,7 +6,7 @@ tens of milliseconds per step, a large GPU runs an 8B model at a few.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import torch
@@ -15,7 +15,10 @@ from batchtop.core_engine.config import PRESETS, EngineConfig, ModelConfig, pres
 from batchtop.core_engine.device import DTYPES, resolve_device, resolve_dtype
 from batchtop.core_engine.errors import ConfigError
 from batchtop.core_engine.model.checkpoint import available_memory, check_checkpoint, check_fits
+from batchtop.core_engine.model.gguf_weights import check_tensors
 from batchtop.core_engine.model.hf_config import read_model_config
+from batchtop.core_engine.model.smollm2 import NAME as SMOLLM2, require_smollm2, smollm2_file
+from batchtop.core_engine.model.sources import is_gguf, read_gguf_config
 from batchtop.core_engine.workload.spec import WorkloadSpec
 from batchtop.core_engine.simulate.device import SimulatedDevice
 
@@ -39,13 +42,21 @@ def device_defaults(device: str, memory: int | None = None) -> DeviceDefaults:
     if device == "cuda":
         big = (cuda_memory() if memory is None else memory) >= 40 * GIB
         return DeviceDefaults("gpu-8b" if big else "gpu-1b", 128, 2048, None)
-    return DeviceDefaults("cpu-demo", 16, 256, 512)
+    return DeviceDefaults(cpu_default_model(), 16, 256, 512)
 
 
-def trace_scales(device: str) -> tuple[float, float]:
+def cpu_default_model() -> str:
+    """The real model when it is installed; else the random-weight preset sized for a CPU."""
+    return SMOLLM2 if smollm2_file() is not None else "cpu-demo"
+
+
+def trace_scales(device: str, chat: bool = False) -> tuple[float, float]:
     """(prompt, output) scales of the bundled trace: it is GPU-sized, so a CPU plays it scaled down.
-    Prompts shrink more than outputs so decode (where batching pays) dominates the CPU's time."""
-    return (1.0, 1.0) if device == "cuda" else (1 / 16, 1 / 4)
+    Prompts shrink more than outputs so decode (where batching pays) dominates the CPU's time. The
+    bundled chat requests are text (nothing to scale) capped at 1024 tokens: 256 on a CPU."""
+    if device == "cuda":
+        return 1.0, 1.0
+    return (1.0, 1 / 4) if chat else (1 / 16, 1 / 4)
 
 
 def kv_blocks_for_memory(model: ModelConfig, dtype: str, block_size: int, fraction: float, memory: int) -> int:
@@ -83,18 +94,21 @@ def check_pool_fits(model: ModelConfig, dtype: str, block_size: int, num_kv_bloc
 
 
 def resolve_model(model: str, default: str) -> ModelConfig:
-    """A preset by name ('auto': the device's default preset), else a Hugging Face model directory
-    (a directory that shares a preset's name is reached as ./NAME)."""
+    """A preset by name ('auto': the device's default), smollm2 (the installed GGUF), else a Hugging
+    Face model directory or a GGUF file (a path that shares a preset's name is reached as ./NAME)."""
     if model == "auto":
-        return preset(default)
+        model = default
     if model in PRESETS:
         return PRESETS[model]
+    if model == SMOLLM2:
+        return read_gguf_config(require_smollm2(), SMOLLM2)
     path = Path(model)
     if path.is_dir():
         return read_model_config(path)
-    what = "not a directory" if path.exists() else "no such directory"
-    raise ConfigError("--model", f"{model!r} is neither a preset (auto, {', '.join(PRESETS)}) nor a model "
-                                 f"directory ({what})")
+    if path.suffix.lower() == ".gguf" or is_gguf(path):
+        return read_gguf_config(path)
+    raise ConfigError("--model", f"{model!r} is neither a preset (auto, {', '.join(PRESETS)}, {SMOLLM2}) nor a "
+                                 "model directory or GGUF file (no such file or directory)")
 
 
 def resolve_config(*, model: str = "auto", device: str = "auto", dtype: str = "auto",
@@ -110,12 +124,17 @@ def resolve_config(*, model: str = "auto", device: str = "auto", dtype: str = "a
     else:
         dev, memory = simulate.kind, simulate.memory
     defaults = device_defaults(dev, memory)
+    if simulate is not None and defaults.model == SMOLLM2:  # no model runs, so no answer ends early:
+        defaults = replace(defaults, model="cpu-demo")  # a what-if keeps the length-only preset
     model_cfg = resolve_model(model, defaults.model)
     dt = resolve_dtype(dtype, dev)
     if dev == "cpu" and dt == "float16":
         raise ConfigError("--dtype", "float16 is slow on CPU; use bfloat16 or float32")
     if model_cfg.checkpoint is not None and simulate is None:  # fail now, not after minutes of loading
-        check_checkpoint(model_cfg)
+        if is_gguf(model_cfg.checkpoint):
+            check_tensors(model_cfg)
+        else:
+            check_checkpoint(model_cfg)
         check_fits(model_cfg, dt, dev)
     if num_kv_blocks is not None and isinstance(block_size, int) and block_size >= 1:
         check_pool_fits(model_cfg, dt, block_size, num_kv_blocks, dev, memory)
@@ -138,15 +157,17 @@ def resolve_config(*, model: str = "auto", device: str = "auto", dtype: str = "a
 def resolve_workload(config: EngineConfig, *, path: str | None = None, num_requests: int | None = None,
                      length_scale: float | None = None, prompt_scale: float | None = None,
                      output_scale: float | None = None, time_scale: float | None = None,
-                     rate: float = 0.0, prompt_mean: float = 64.0, output_mean: float = 128.0) -> WorkloadSpec:
+                     rate: float = 0.0, prompt_mean: float = 64.0, output_mean: float = 128.0,
+                     chat: bool = False) -> WorkloadSpec:
     """Scales left unset take the device defaults for the bundled trace, and 1.0 for anything else; the
-    bundled trace's arrivals are paced to the engine's measured capacity unless --time-scale is given."""
+    bundled trace's arrivals are paced to the engine's measured capacity unless --time-scale is given.
+    chat: the model has a chat template, so the bundled workload is the chat requests."""
     bundled = path is None
-    base_prompt, base_output = trace_scales(config.device) if bundled else (1.0, 1.0)
+    base_prompt, base_output = trace_scales(config.device, chat) if bundled else (1.0, 1.0)
     if length_scale is not None:
         base_prompt = base_output = length_scale
     return WorkloadSpec(
-        path=path, num_requests=num_requests,
+        path=path, chat=bundled and chat, num_requests=num_requests,
         prompt_scale=base_prompt if prompt_scale is None else prompt_scale,
         output_scale=base_output if output_scale is None else output_scale,
         time_scale=1.0 if time_scale is None else time_scale, auto_pace=bundled and time_scale is None,

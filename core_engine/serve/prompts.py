@@ -7,7 +7,7 @@ outside the vocabulary, text without a tokenizer.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from batchtop.core_engine.config import EngineConfig
 from batchtop.core_engine.sched.request import Request, SamplingParams
@@ -22,6 +22,8 @@ class ServedModel:
     name: str  # what /v1/models lists and requests must name (when they name one)
     config: EngineConfig
     codec: TextCodec | None = None
+    # sampling a request leaves unset takes these (the model's generation_config.json, as vLLM does)
+    defaults: dict[str, float] = field(default_factory=dict)
 
     def check_name(self, requested: str | None) -> None:
         if requested is not None and requested != self.name:
@@ -59,8 +61,9 @@ def engine_request(request_id: str, prompt: tuple[int, ...], body: SamplingBody,
     if body.stop and model.codec is None:
         raise APIError(400, f"a stop string {TOKENIZER_NEEDED}", "stop")
     # the engine stops at the model's EOS ids (a model directory's generation_config.json; none for presets)
-    sampling = SamplingParams(temperature=body.temperature, top_p=body.top_p, seed=body.seed,
-                              ignore_eos=body.ignore_eos)
+    unset = {k: v for k, v in model.defaults.items() if k not in body.model_fields_set}
+    sampling = SamplingParams(temperature=unset.get("temperature", body.temperature),
+                              top_p=unset.get("top_p", body.top_p), seed=body.seed, ignore_eos=body.ignore_eos)
     max_tokens = model.longest_output(len(prompt)) if max_tokens is None else max_tokens
     request = Request(request_id, prompt, max_tokens, 0.0, sampling)
     try:

@@ -9,16 +9,18 @@ from __future__ import annotations
 import math
 
 from batchtop.core_engine.sched.request import SamplingParams
-from batchtop.core_engine.errors import WorkloadError
+from batchtop.core_engine.errors import BadInput, WorkloadError
 from batchtop.core_engine.model.tokenizer import Tokenizer
 from batchtop.core_engine.text_files import NotText, parse_json
 from batchtop.core_engine.workload.raw import RawRequest, Warn
 
-JSONL_FIELDS = {"id", "prompt", "prompt_len", "prompt_token_ids", "max_tokens", "arrival_s", "temperature",
-                "top_p", "seed"}
+JSONL_FIELDS = {"id", "prompt", "messages", "prompt_len", "prompt_token_ids", "max_tokens", "arrival_s",
+                "temperature", "top_p", "seed"}
+PROMPT_FIELDS = ("prompt", "messages", "prompt_token_ids", "prompt_len")
 SEED_RANGE = (-(1 << 63), (1 << 64) - 1)  # what torch.Generator.manual_seed accepts (serve's range too)
 MAX_LENGTH = (1 << 63) - 1
-NO_TOKENIZER = "a text prompt needs a tokenizer: run with --model DIR (a model directory with a tokenizer.json)"
+NO_TOKENIZER = ("a text prompt needs a tokenizer: run with --model DIR (a model directory with a tokenizer.json), "
+                "--model FILE.gguf or --model smollm2")
 
 
 def read_jsonl(path: str, text: str, vocab_size: int, tokenizer: Tokenizer | None, warn: Warn) -> list[RawRequest]:
@@ -57,9 +59,12 @@ def parse_request(obj: object, lineno: int, vocab_size: int, error,
     if not isinstance(rid, (str, int)) or isinstance(rid, bool):
         raise error("id must be a string")
     ids = None
+    given = [f for f in PROMPT_FIELDS if f in obj]
+    if len(given) > 1:
+        raise error(f"give one of {', '.join(PROMPT_FIELDS)} (this line has {' and '.join(given)})")
+    if "messages" in obj:
+        obj = {**obj, "prompt_token_ids": chat_prompt(obj["messages"], error, tokenizer)}
     if "prompt" in obj:
-        if "prompt_token_ids" in obj or "prompt_len" in obj:
-            raise error("give one of prompt, prompt_token_ids or prompt_len")
         if not isinstance(obj["prompt"], str) or not obj["prompt"]:
             raise error(f"prompt must be a non-empty string, got {obj['prompt']!r}")
         if tokenizer is None:
@@ -101,6 +106,30 @@ def parse_request(obj: object, lineno: int, vocab_size: int, error,
     sampling = SamplingParams(temperature=float(temperature), top_p=float(top_p), seed=seed)
     return RawRequest(str(rid), prompt_len, max_tokens, float(arrival),
                       tuple(ids) if ids is not None else None, sampling)
+
+
+def chat_prompt(messages: object, error, tokenizer: Tokenizer | None) -> list[int]:
+    """A conversation rendered by the model's chat template (assistant turn opened), tokenized."""
+    if not isinstance(messages, list) or not messages:
+        raise error(f"messages must be a non-empty list of {{\"role\": ..., \"content\": ...}} objects, "
+                    f"got {_show(messages)}")
+    for i, m in enumerate(messages):
+        if not isinstance(m, dict) or not isinstance(m.get("role"), str) or not isinstance(m.get("content"), str):
+            raise error(f"messages[{i}] must be an object with string \"role\" and \"content\", got {_show(m)}")
+    if tokenizer is None:
+        raise error(NO_TOKENIZER.replace("a text prompt", "a messages prompt"))
+    if tokenizer.chat_template is None:
+        raise error("messages need the model's chat template, and this model has none: give a raw "
+                    "\"prompt\" (text completed as it is) instead")
+    try:
+        return tokenizer.encode_chat([{"role": m["role"], "content": m["content"]} for m in messages])
+    except BadInput as exc:
+        raise error(f"messages: {exc}") from None
+
+
+def _show(value: object) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:60] + "..."
 
 
 def is_number(value: object) -> bool:

@@ -4,11 +4,13 @@ The file is a JSON list of {"conversations": [{"from": "human", "value": ...}, {
 "value": ...}, ...]}. Each conversation gives one request: its first human turn is the prompt, and
 the token count of the answer that follows it is max_tokens. A conversation without such a pair is
 skipped, as vLLM's benchmark skips it; anything not shaped like the format is refused, by entry.
+With a model that has a chat template, the human turn goes through it as a user message (the
+assistant turn opened), as a chat server would render it; without one it is raw text.
 """
 
 from __future__ import annotations
 
-from batchtop.core_engine.errors import WorkloadError
+from batchtop.core_engine.errors import BadInput, WorkloadError
 from batchtop.core_engine.model.tokenizer import Tokenizer
 from batchtop.core_engine.text_files import NotText, parse_json
 
@@ -56,7 +58,13 @@ def read_sharegpt(path: str, text: str, tokenizer: Tokenizer | None,
         exchange = first_exchange(turns, error)
         if exchange is None:
             continue
-        prompt_ids = tokenizer.encode(exchange[0])
+        if tokenizer.chat_template is not None:
+            try:
+                prompt_ids = tokenizer.encode_chat([{"role": "user", "content": exchange[0]}])
+            except BadInput as exc:
+                raise error(str(exc)) from None
+        else:
+            prompt_ids = tokenizer.encode(exchange[0])
         max_tokens = len(tokenizer.encode(exchange[1], add_special_tokens=False))
         if exchange[0] and max_tokens:
             out.append((f"sg{i}", tuple(prompt_ids), max_tokens))

@@ -13,7 +13,7 @@ import math
 import random
 import sys
 from collections.abc import Sequence as SequenceABC
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from fractions import Fraction
 from pathlib import Path
 
@@ -28,10 +28,14 @@ from batchtop.core_engine.text_files import NotText, read_text_file
 from batchtop.core_engine.workload.jsonl import JSONL_FIELDS, read_jsonl
 from batchtop.core_engine.workload.raw import RawRequest, Warn, warn_on_stderr
 
-__all__ = ["AZURE_COLUMNS", "DEFAULT_TRACE", "JSONL_FIELDS", "RawRequest", "UnbuiltPrompt", "WorkloadSpec",
+__all__ = ["AZURE_COLUMNS", "DEFAULT_CHAT", "DEFAULT_TRACE", "JSONL_FIELDS", "RawRequest", "UnbuiltPrompt", "WorkloadSpec",
            "load_workload", "make_burst", "materialise", "read_workload_file", "synthetic", "workload_format"]
 
 DEFAULT_TRACE = Path(__file__).parent.parent / "data" / "azure_conv_sample.csv"
+# ~300 chat requests written for batchtop (facts, sums, lists, code, letters, stories...), arriving at
+# the bundled trace's first timestamps: the default for a model with a chat template (its answers
+# choose their own lengths); max_tokens 1024, scaled to 256 on a CPU
+DEFAULT_CHAT = Path(__file__).parent.parent / "data" / "chat_requests.jsonl"
 MAX_SYNTHETIC_REQUESTS = 1_000_000
 FORMATS_BY_SUFFIX = {".jsonl": "jsonl", ".ndjson": "jsonl", ".csv": "csv", ".json": "sharegpt"}
 
@@ -40,7 +44,8 @@ FORMATS_BY_SUFFIX = {".jsonl": "jsonl", ".ndjson": "jsonl", ".csv": "csv", ".jso
 class WorkloadSpec:
     """Where requests come from and how they are reshaped to fit the device."""
 
-    path: str | None = None  # None: the bundled Azure sample; "synthetic": generated
+    path: str | None = None  # None: the bundled Azure sample (or chat requests); "synthetic": generated
+    chat: bool = False  # path None: the bundled chat requests instead of the length-only trace
     num_requests: int | None = None  # keep the first N (synthetic: generate N)
     prompt_scale: float = 1.0  # multiply prompt lengths (a CPU plays a GPU-sized trace)
     output_scale: float = 1.0  # multiply max_tokens
@@ -56,7 +61,9 @@ class WorkloadSpec:
 
     @property
     def source_name(self) -> str:
-        return self.path if self.path is not None else f"bundled:{DEFAULT_TRACE.name}"
+        if self.path is not None:
+            return self.path
+        return f"bundled:{(DEFAULT_CHAT if self.chat else DEFAULT_TRACE).name}"
 
 
 class UnbuiltPrompt(SequenceABC):
@@ -98,11 +105,15 @@ def load_workload(spec: WorkloadSpec, vocab_size: int, tokenizer: Tokenizer | No
                                                 f"{MAX_SYNTHETIC_REQUESTS}, got {spec.num_requests}")
         raw = synthetic(spec)
     else:
-        path = Path(spec.path) if spec.path is not None else DEFAULT_TRACE
+        path = Path(spec.path) if spec.path is not None else DEFAULT_CHAT if spec.chat else DEFAULT_TRACE
         raw = read_workload_file(path, vocab_size, tokenizer, spec.num_requests, warn=warn)
         if spec.num_requests is not None:
             raw = raw[:spec.num_requests]
-    return materialise(raw, spec, vocab_size, config)
+    requests = materialise(raw, spec, vocab_size, config)
+    if spec.chat and spec.path is None and config is not None:  # the bundled cap is ours: fit it to the model
+        requests = [replace(r, max_tokens=min(r.max_tokens, config.max_model_len - r.prompt_len))
+                    if 0 < config.max_model_len - r.prompt_len < r.max_tokens else r for r in requests]
+    return requests
 
 
 def workload_format(path: Path, text: str) -> str:

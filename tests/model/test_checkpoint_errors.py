@@ -116,7 +116,7 @@ def test_a_model_that_cannot_fit_is_refused_with_both_numbers(model_dir, monkeyp
 
 
 def test_not_a_preset_nor_a_directory(tmp_path):
-    assert_exit_2(headless(tmp_path / "nowhere"), "is neither a preset (auto, tiny, cpu-demo", "no such directory")
+    assert_exit_2(headless(tmp_path / "nowhere"), "is neither a preset (auto, tiny, cpu-demo", "no such file or directory")
 
 
 def test_text_prompt_without_a_tokenizer_names_the_line(model_dir, tmp_path):

@@ -42,6 +42,18 @@ def test_the_probe_runs_real_steps_at_the_target_concurrency_and_leaves_the_engi
     assert engine.counters.steps == 0 and engine.allocator.num_free_blocks == engine.allocator.num_blocks
 
 
+def test_the_probe_keeps_its_lengths_when_the_model_would_stop_at_eos():
+    """A real model (a GGUF file, a model directory) stops at its EOS ids; the probe's requests must
+    not, or the loop drains before it measures the target concurrency."""
+    import dataclasses
+    config = tiny_config(max_num_seqs=4)
+    every_token_ends = dataclasses.replace(config.model, eos_token_ids=tuple(range(config.model.vocab_size)))
+    engine = Engine(config.with_(model=every_token_ends))
+    requests = [Request(f"r{i}", tuple(range(1, 9)), 12) for i in range(12)]
+    tokens_per_s, steps = pacing.measure_throughput(engine, requests, 3)
+    assert steps >= 8 and tokens_per_s > 0
+
+
 def test_a_trace_that_arrives_all_at_once_has_no_pace():
     engine = Engine(tiny_config())
     assert pacing.pace(engine, [Request("a", (1,), 2), Request("b", (1,), 2)]) is None

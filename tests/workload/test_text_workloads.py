@@ -54,7 +54,9 @@ def test_a_sharegpt_dataset_gives_one_request_per_conversation(hf_checkpoints, t
     m = headless(model_dir, "--workload", str(dataset), "--ignore-eos")
     tok = Tokenizer.from_dir(model_dir)
     assert m["requests"]["completed"] == 2
-    assert m["tokens"]["prompt"] == len(tok.encode(SENTENCES[0])) + len(tok.encode(SENTENCES[2]))
+    # the model has a chat template, so each human turn goes through it as a user message
+    assert m["tokens"]["prompt"] == sum(len(tok.encode_chat([{"role": "user", "content": SENTENCES[i]}]))
+                                        for i in (0, 2))
     assert m["tokens"]["generated"] == sum(len(tok.encode(SENTENCES[i], add_special_tokens=False)) for i in (1, 3))
     assert m["workload"]["source"] == str(dataset)
 

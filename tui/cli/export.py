@@ -1,16 +1,29 @@
-"""`batchtop export-checkpoint DIR`: a preset's weights and a tokenizer as a Hugging Face model directory."""
+"""`batchtop export-checkpoint DIR`: a preset's weights and a tokenizer, or a GGUF file's dequantized
+weights and its own tokenizer, as a Hugging Face model directory."""
 
 from __future__ import annotations
 
-from batchtop.core_engine.config import preset
+from batchtop.core_engine.config import PRESETS, preset
 from batchtop.core_engine.model.export import export_checkpoint
+from batchtop.core_engine.model.gguf_export import export_gguf
+from batchtop.core_engine.run.resolve import resolve_model
 from batchtop.tui.cli.headless import note
 from batchtop.tui.cli.options import bad_input_exits
 
 
 def run_export(out_dir: str, model: str, seed: int, dtype: str) -> None:
     with bad_input_exits():
-        config = preset(model)
-        note(f"exporting {config.name} ({config.num_params() / 1e6:.0f}M params, {dtype}, seed {seed}) to {out_dir}")
-        path = export_checkpoint(out_dir, config, seed, dtype)
+        if model in PRESETS:
+            config = preset(model)
+            note(f"exporting {config.name} ({config.num_params() / 1e6:.0f}M params, {dtype}, seed {seed}) to {out_dir}")
+            path = export_checkpoint(out_dir, config, seed, dtype)
+        else:
+            config = resolve_model(model, "cpu-demo")
+            if config.checkpoint is None or config.quantization is None:
+                from batchtop.core_engine.errors import ConfigError
+                raise ConfigError("--model", f"{model!r}: export-checkpoint writes a preset, smollm2 or a GGUF file "
+                                             "(a Hugging Face directory is one already)")
+            note(f"exporting {config.checkpoint} ({config.quantization}, {config.num_params() / 1e6:.0f}M params) "
+                 f"dequantized to {dtype}, to {out_dir}")
+            path = export_gguf(out_dir, config, dtype)
     note(f"wrote {path}: load it with --model {path}, or with transformers / vLLM")

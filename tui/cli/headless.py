@@ -37,7 +37,8 @@ def build_engine(setup: Setup) -> Engine:
             note(f"warning: {sim.mismatch()}")
         return sim.engine(c)
     verb = "building" if c.model.checkpoint is None else f"loading {c.model.checkpoint}:"
-    note(f"{verb} {c.model.name} ({c.model.num_params() / 1e6:.0f}M params, {c.dtype}) on {c.device}; "
+    dtype = f"{c.model.quantization} dequantized to {c.dtype}" if c.model.quantization else c.dtype
+    note(f"{verb} {c.model.name} ({c.model.num_params() / 1e6:.0f}M params, {dtype}) on {c.device}; "
          f"{c.num_kv_blocks} KV blocks x {c.block_size} tokens; {len(setup.requests)} requests")
     with bad_input_exits():  # a tensor the header promised but the file cannot deliver
         engine = Engine(c)

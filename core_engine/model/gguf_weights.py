@@ -1,0 +1,119 @@
+"""A GGUF file's tensors under Hugging Face's names, checked, then dequantized into the model one by one.
+
+As with safetensors (checkpoint.py), the model is allocated once, empty, in the run's dtype, and each
+tensor is read from the file on its own, dequantized by the `gguf` package (float32, one tensor at a
+time) and copied into its place: peak memory stays near one copy of the weights plus one tensor.
+llama.cpp's converter reorders the rows of a Llama q/k projection for its RoPE layout; they are put
+back here, so the weights equal the Hugging Face checkpoint's.
+"""
+
+from __future__ import annotations
+
+import gguf
+import numpy as np
+import torch
+
+from batchtop.core_engine.config import ModelConfig
+from batchtop.core_engine.errors import BadInput
+from batchtop.core_engine.model.checkpoint import expected_shapes
+from batchtop.core_engine.model.gguf_file import GGUFHeader, TensorInfo, read_header
+from batchtop.core_engine.model.llama import LlamaForCausalLM, empty_model, hf_parameters
+
+# What gguf.quants dequantizes and batchtop accepts: the float types, the legacy block quants, the K-quants.
+SUPPORTED_TYPES = ("F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1",
+                   "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K", "Q8_K")
+TOP_LEVEL = {"token_embd.weight": "model.embed_tokens.weight", "output_norm.weight": "model.norm.weight",
+             "output.weight": "lm_head.weight"}
+LAYER = {"attn_norm": "input_layernorm", "ffn_norm": "post_attention_layernorm",
+         "attn_q": "self_attn.q_proj", "attn_k": "self_attn.k_proj", "attn_v": "self_attn.v_proj",
+         "attn_output": "self_attn.o_proj", "attn_q_norm": "self_attn.q_norm", "attn_k_norm": "self_attn.k_norm",
+         "ffn_gate": "mlp.gate_proj", "ffn_up": "mlp.up_proj", "ffn_down": "mlp.down_proj"}
+PERMUTED = ("self_attn.q_proj", "self_attn.k_proj")  # in a llama-architecture file only
+
+
+def hf_name(gguf_name: str) -> str | None:
+    """'blk.3.attn_q.weight' -> 'model.layers.3.self_attn.q_proj.weight'; None for a name we do not know."""
+    if gguf_name in TOP_LEVEL:
+        return TOP_LEVEL[gguf_name]
+    parts = gguf_name.split(".")
+    if len(parts) == 4 and parts[0] == "blk" and parts[1].isdigit() and parts[2] in LAYER \
+            and parts[3] in ("weight", "bias"):
+        return f"model.layers.{parts[1]}.{LAYER[parts[2]]}.{parts[3]}"
+    return None
+
+
+def check_tensors(config: ModelConfig, header: GGUFHeader | None = None) -> dict[str, TensorInfo]:
+    """Every tensor the config needs is in the file with its shape and a type we dequantize, and
+    nothing unknown is; reads only the header. Returns HF name -> the file's tensor."""
+    h = header if header is not None else read_header(config.checkpoint)
+    by_hf: dict[str, TensorInfo] = {}
+    for info in h.tensors.values():
+        name = hf_name(info.name)
+        if name is None:
+            raise BadInput(f"{h.path}: unexpected tensor {info.name} (not part of a {h.architecture} model "
+                           "batchtop runs)")
+        by_hf[name] = info
+    needed = expected_shapes(config)
+    for name, shape in needed.items():
+        info = by_hf.get(name)
+        if info is None:
+            raise BadInput(f"{h.path}: tensor {gguf_name_of(name)} is missing (the metadata needs shape {list(shape)})")
+        if info.shape != shape:
+            raise BadInput(f"{h.path}: tensor {info.name} has shape {list(info.shape)}; the metadata needs "
+                           f"{list(shape)}")
+        if info.type_name not in SUPPORTED_TYPES:
+            raise BadInput(f"{h.path}: tensor {info.name} has type {info.type_name}, which batchtop cannot "
+                           f"dequantize (supported: {', '.join(SUPPORTED_TYPES)})")
+    extra = sorted(n for n in by_hf if n not in needed and not (n == "lm_head.weight" and config.tie_word_embeddings))
+    if extra:
+        raise BadInput(f"{h.path}: unexpected tensor {by_hf[extra[0]].name} ({len(extra)} in all) for this metadata")
+    return {name: by_hf[name] for name in needed}
+
+
+def gguf_name_of(hf: str) -> str:
+    for g, name in TOP_LEVEL.items():
+        if name == hf:
+            return g
+    _, _, layer, *rest = hf.split(".")
+    module, kind = ".".join(rest[:-1]), rest[-1]
+    short = next((g for g, m in LAYER.items() if m == module), module)
+    return f"blk.{layer}.{short}.{kind}"
+
+
+def unpermute_rope(rows: torch.Tensor, num_heads: int) -> torch.Tensor:
+    """Undo llama.cpp's q/k row order: within each head it interleaves the two rotary halves
+    (rows 0, d/2, 1, d/2+1, ...); Hugging Face keeps the halves apart."""
+    head = rows.shape[0] // num_heads
+    return rows.reshape(num_heads, head // 2, 2, *rows.shape[1:]).transpose(1, 2).reshape(rows.shape)
+
+
+def read_tensor(h: GGUFHeader, info: TensorInfo) -> torch.Tensor:
+    """One tensor from the file, dequantized to float32 (a fresh array, not a view of the file)."""
+    try:
+        raw = np.fromfile(h.path, dtype=np.uint8, count=info.nbytes, offset=info.offset)
+    except OSError as exc:
+        raise BadInput(f"{h.path}: cannot read tensor {info.name} ({exc.strerror or exc})") from None
+    if raw.size != info.nbytes:
+        raise BadInput(f"{h.path}: truncated: tensor {info.name} has {raw.size} of its {info.nbytes} bytes")
+    kind = gguf.GGMLQuantizationType[info.type_name]
+    values = gguf.quants.dequantize(raw.reshape(info.byte_shape), kind)
+    return torch.from_numpy(np.ascontiguousarray(values, dtype=np.float32).reshape(info.shape))
+
+
+def load_gguf_model(config: ModelConfig, device: str, dtype: torch.dtype) -> LlamaForCausalLM:
+    """The file's weights, dequantized to `dtype`, in a model allocated once on `device`."""
+    h = read_header(config.checkpoint)
+    infos = check_tensors(config, h)
+    model = empty_model(config, device, dtype)
+    targets = hf_parameters(model)
+    permute = h.architecture == "llama"
+    with torch.no_grad():
+        for name, info in infos.items():
+            tensor = read_tensor(h, info)
+            module = name.rsplit(".", 1)[0].split(".", 3)[-1]  # self_attn.q_proj
+            if permute and module in PERMUTED:
+                heads = config.num_attention_heads if module.endswith("q_proj") else config.num_key_value_heads
+                tensor = unpermute_rope(tensor, heads)
+            targets[name].copy_(tensor)
+            del tensor
+    return model
