@@ -16,13 +16,19 @@ from batchtop.core_engine.run.stop import exit_status
 from batchtop.core_engine.engine.snapshot import StepSnapshot
 from batchtop.tui.cli.options import (EXIT_ENGINE_FAILURE, Setup, bad_input_exits, build_setup,
                          workload_info)
-from batchtop.tui.cli.output import deliver_json
+from batchtop.core_engine.output_files import deliver_json
 from batchtop.tui.cli.progress import StderrProgress
 from batchtop.gpu_kernels import cpu_kernels
 
 
 def note(message: str) -> None:
     click.echo(f"batchtop: {message}", err=True)
+
+
+def note_written(schema: str, path: str | None) -> None:
+    """A command whose table takes stdout names, on stderr, the file its JSON went to (none for stdout)."""
+    if path not in (None, "-"):
+        note(f"wrote the {schema} JSON to {path}")
 
 
 def build_engine(setup: Setup) -> Engine:
