@@ -1,4 +1,4 @@
-"""Where result documents go, and the rules for writing them (README, "Output files").
+"""Where result documents go, and the rules for writing them (docs/headless.md, "Output files").
 
 A new path or an existing regular file is replaced atomically (a reader never sees half a document).
 Anything else a user names is written INTO, never replaced: a symlink is followed (its target is the

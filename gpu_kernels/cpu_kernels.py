@@ -43,7 +43,7 @@ def _load() -> bool:
         except Exception:
             fresh = True
         if fresh:
-            print("batchtop: building the CPU kernels (once per machine, under a minute)...", file=sys.stderr)
+            print("batchtop: building the CPU kernels (once per machine, about a minute)...", file=sys.stderr)
         cpp_extension.load(NAME, [str(s) for s in SOURCES], is_python_module=False,
                            extra_cflags=["-O3", "-march=native", "-fopenmp"], extra_ldflags=["-fopenmp"])
         return all(hasattr(torch.ops.batchtop_cpu, op) for op in ("paged_attention", "rope", "sample", "linear_bf16"))

@@ -31,6 +31,9 @@ def bind_socket(host: str, port: int) -> socket.socket:
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
         sock.bind(address)
+        # listening now, not when uvicorn starts: a client that connects as soon as the URL is printed
+        # waits in the backlog instead of being refused
+        sock.listen(2048)
     except OSError as exc:
         sock.close()
         raise ConfigError("--port", f"cannot listen on {host}:{port}: {exc.strerror}") from None

@@ -144,6 +144,20 @@ def test_compare_runs_both_modes_on_the_same_workload(tmp_path):
     assert "static vs continuous" in result.stdout and "TTFT p50 / p99" in result.stdout
 
 
+def test_compare_prints_its_table_on_stdout_and_names_where_the_json_went_on_stderr(tmp_path, monkeypatch):
+    """With no -o the JSON goes to ./batchtop-compare.json: stderr says so, stdout holds only the table."""
+    monkeypatch.chdir(tmp_path)
+    result = CliRunner().invoke(main, ["compare", *TINY, "--num-requests", "6", "--max-num-seqs", "3"])
+    assert result.exit_code == 0, result.output
+    assert "wrote the batchtop.compare/1 JSON to batchtop-compare.json" in result.stderr
+    assert json.loads((tmp_path / "batchtop-compare.json").read_text())["schema"] == "batchtop.compare/1"
+    assert "static vs continuous" in result.stdout and "batchtop.compare/1" not in result.stdout
+    result = CliRunner().invoke(main, ["compare", *TINY, "--num-requests", "6", "--max-num-seqs", "3", "-o", "-"])
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["schema"] == "batchtop.compare/1" and "wrote the" not in result.stderr
+    assert "static vs continuous" in result.stderr
+
+
 def test_a_run_without_the_cpu_kernels_says_so_and_still_completes(tmp_path):
     """Where the kernels cannot be built (no compiler) the run falls back to torch ops, and says why."""
     out = tmp_path / "m.json"

@@ -1,4 +1,4 @@
-"""Output paths (README, "Output files"): what the user names is written into, never replaced, and
+"""Output paths (docs/headless.md, "Output files"): what the user names is written into, never replaced, and
 every output is checked before any work starts."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Signals (README, "Signals"): SIGTERM stops a run like Ctrl-C, at a step boundary, with what finished
+"""Signals (docs/headless.md, "Exit codes"): SIGTERM stops a run like Ctrl-C, at a step boundary, with what finished
 measured and the trace closed; before a run either one exits with one line."""
 
 from __future__ import annotations

@@ -111,6 +111,7 @@ def test_calibrate_measures_fits_and_writes_a_file_simulate_accepts(tmp_path):
     fitted = load_calibration(str(cal))
     assert fitted.step_overhead_s > 0 and fitted.fitted_on["model"] == "tiny"
     assert "measured ms" in result.stdout and "attention eff" in result.stdout
+    assert f"wrote the batchtop.calibration/1 JSON to {cal}" in result.stderr
     out = tmp_path / "m.json"
     result = invoke(["--headless", "--simulate", "cpu", *TINY, *SMALL_RUN, "--calibration", str(cal), "-o", str(out)])
     assert result.exit_code == 0, result.output

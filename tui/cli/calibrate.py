@@ -21,7 +21,7 @@ from batchtop.core_engine.simulate.calibration import CALIBRATION_SCHEMA
 from batchtop.core_engine.simulate.fit import Fit, fit_calibration, predict
 from batchtop.core_engine.perf.decode_sweep import (StepSample, decode_sweep, sweep_means, sweep_points,
                                                         typical_seconds)
-from batchtop.tui.cli.headless import note
+from batchtop.tui.cli.headless import note, note_written
 from batchtop.tui.cli.options import bad_input_exits
 from batchtop.core_engine.output_files import check_outputs, deliver_json
 
@@ -109,6 +109,7 @@ def run_calibrate(opts: dict, output: str) -> None:
            "samples": [s.as_dict() for s in samples]}
     if not deliver_json(doc, output):
         sys.exit(1)
+    note_written(CALIBRATION_SCHEMA, output)
     console = Console(file=sys.stderr if output == "-" else sys.stdout)
     console.print(f"fitted: {fit.calibration.describe()}", soft_wrap=True, highlight=False)
     console.print(fit_table(fit, samples, peaks))

@@ -9,7 +9,8 @@ from rich.table import Table
 
 from batchtop.core_engine.engine.engine import Engine
 from batchtop.core_engine.perf.roofline import bound
-from batchtop.tui.cli.headless import build_engine, exit_code, load_peaks, metrics_document, run_and_report
+from batchtop.tui.cli.headless import (build_engine, exit_code, load_peaks, metrics_document, note_written,
+                                           run_and_report)
 from batchtop.tui.cli.options import EXIT_ENGINE_FAILURE, bad_input_exits, build_setup
 from batchtop.core_engine.output_files import deliver_json
 
@@ -90,10 +91,12 @@ def run_compare(opts: dict, output: str) -> None:
         docs[mode] = metrics_document(result, setup, config.as_dict(), peaks)
         code = exit_code(result)
         if code:
-            deliver_json({"schema": COMPARE_SCHEMA, **docs, "speedup": None}, output)
+            if deliver_json({"schema": COMPARE_SCHEMA, **docs, "speedup": None}, output):
+                note_written(COMPARE_SCHEMA, output)
             sys.exit(code)
     speedup, verdict = speedup_of(docs["static"], docs["continuous"])
     if not deliver_json({"schema": COMPARE_SCHEMA, **docs, "speedup": speedup}, output):
         sys.exit(EXIT_ENGINE_FAILURE)
+    note_written(COMPARE_SCHEMA, output)
     Console(file=sys.stderr if output in (None, "-") else sys.stdout).print(
         compare_table(docs["static"], docs["continuous"], verdict))

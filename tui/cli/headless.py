@@ -25,6 +25,12 @@ def note(message: str) -> None:
     click.echo(f"batchtop: {message}", err=True)
 
 
+def note_written(schema: str, path: str | None) -> None:
+    """A command whose table takes stdout names, on stderr, the file its JSON went to (none for stdout)."""
+    if path not in (None, "-"):
+        note(f"wrote the {schema} JSON to {path}")
+
+
 def build_engine(setup: Setup) -> Engine:
     c = setup.config
     sim = setup.simulation

@@ -16,7 +16,8 @@ HELP = """\
 *bubbles*: slots doing no useful work while requests wait.
 
 **Slots timeline** (`v`) — rows are slots, columns recent steps, coloured by request. Static batching
-shows blocks with ragged padded ends and gaps; continuous batching refills a slot the next step.
+shows one block per batch: a finished row goes on as padding (░, dimmed) until the longest member
+ends, then the whole batch refills; continuous batching refills a slot the next step.
 
 **KV blocks** — the paged KV pool, one cell per block (or per group when there are thousands),
 coloured by the request that owns it. When free blocks run out, admission stops: usually the real limit.
