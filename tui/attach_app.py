@@ -12,7 +12,7 @@ from textual.app import App, ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal
 from textual.widgets import Footer, Static
-from textual.worker import get_current_worker
+from textual.worker import Worker, WorkerState, get_current_worker
 
 from batchtop.core_engine.attach.monitor import AttachFrame
 from batchtop.core_engine.perf.device_peaks import DevicePeaks
@@ -63,6 +63,7 @@ class AttachApp(App[int]):
             self.register_theme(t)
         self.theme = theme
         self.frame: AttachFrame | None = None
+        self.feed_error: str | None = None  # why the scrapes (or the replay) stopped, when they crashed
         self._panels: list = []
 
     def check_action(self, action: str, parameters: tuple) -> bool | None:
@@ -114,6 +115,14 @@ class AttachApp(App[int]):
         if not self.feed.LIVE and not worker.is_cancelled:
             self.call_from_thread(self.refresh_status)
 
+    def on_worker_state_changed(self, event: Worker.StateChanged) -> None:
+        """A crash in the feed must say so: the panels would otherwise sit on the last frame, looking live."""
+        if event.worker.name == "attach" and event.state == WorkerState.ERROR:
+            error = event.worker.error
+            self.feed_error = f"{type(error).__name__}: {error}"
+            self.notify(f"attach stopped: {self.feed_error}", severity="error", timeout=30)
+            self.refresh_status()
+
     def show_frame(self, frame: AttachFrame) -> None:
         if not self._panels:
             return
@@ -133,7 +142,10 @@ class AttachApp(App[int]):
             where = short_url(frame.replicas[0].name) if len(frame.replicas) == 1 else f"{len(frame.replicas)} replicas"
             text.append(f" {what} · {where} · {m.model_name or '?'} ", "bold")
             text.append(f"│ {m.status} ")
-        text.append(f"│ {self.feed.status()} ")
+        if self.feed_error is not None:
+            text.append(f"│ stopped: {self.feed_error} ", "bold reverse")
+        else:
+            text.append(f"│ {self.feed.status()} ")
         if frame is not None:
             text.append(f"│ scrape {frame.tick} · t {frame.t:.0f}s")
         self._status.update(text)

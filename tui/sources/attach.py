@@ -8,7 +8,8 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from batchtop.core_engine.attach.monitor import AttachFrame, LivePoller, Monitor
+from batchtop.core_engine.attach.monitor import AttachFrame, Monitor
+from batchtop.core_engine.attach.poller import LivePoller
 from batchtop.core_engine.attach.record import monitor_for, recorded_ticks
 from batchtop.core_engine.trace.trace import Trace
 
@@ -21,7 +22,7 @@ SPEEDS = (0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 64.0)
 def _sleep_until(deadline: float, cancelled: Callable[[], bool], wake: threading.Event) -> None:
     while not cancelled():
         left = deadline - time.monotonic()
-        if left <= 0:
+        if not left > 0:  # NaN too: a wait that never ends would spin, not sleep
             return
         wake.wait(min(left, 0.05))
         wake.clear()
