@@ -9,6 +9,7 @@ check runs before any work starts, so a long run never ends on an unwritable pat
 from __future__ import annotations
 
 import json
+import math
 import os
 import stat
 import sys
@@ -152,9 +153,22 @@ def _umask() -> int:
     return mask
 
 
+def json_safe(value: object) -> object:
+    """The value with every NaN and +-Infinity inside it (dicts, lists, tuples) turned into None."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: json_safe(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [json_safe(v) for v in value]
+    return value
+
+
 def json_text(doc: dict) -> str:
-    """allow_nan=False: a NaN or an Infinity is a bug upstream, never a token in a user's JSON file."""
-    return json.dumps(doc, indent=2, sort_keys=False, allow_nan=False) + "\n"
+    """Strict JSON, whatever the numbers: a NaN or an Infinity that got this far is written as null
+    (JSON has no token for them, most parsers refuse Python's), so the final write of a run can
+    never fail on one and lose the run."""
+    return json.dumps(json_safe(doc), indent=2, sort_keys=False, allow_nan=False) + "\n"
 
 
 def write_json(doc: dict, path: str | None) -> None:

@@ -90,6 +90,7 @@ class BatchtopApp(App[int]):
             self.register_theme(t)
         self.theme = theme
         self.exit_code = 0
+        self.source_error: str | None = None  # why the source's thread died, when it crashed
         self._shown: object = None
         self._shown_state: str | None = None
         self._status_text: Text | None = None
@@ -174,7 +175,8 @@ class BatchtopApp(App[int]):
             return
         self._shown, self._shown_state, self._last_paint = frame, state, now
         self.view.show(frame, force)
-        text, essential = self.view.status_line(frame, self.source.status(frame))
+        extra = f"stopped: {self.source_error}" if self.source_error else self.source.status(frame)
+        text, essential = self.view.status_line(frame, extra)
         if force or text != self._status_text:
             self._status_text = text
             self._status.show(text, essential, state or "")
@@ -191,9 +193,14 @@ class BatchtopApp(App[int]):
         self.poll()
 
     def on_worker_state_changed(self, event: Worker.StateChanged) -> None:
+        """A crash in the source must say so: the panels would otherwise sit on the last frame, looking live."""
         if event.worker.name == "source" and event.state is WorkerState.ERROR:
+            error = event.worker.error
+            self.source_error = f"{type(error).__name__}: {error}"
             self.exit_code = 1
-            self.notify(str(event.worker.error), title="engine stopped", severity="error", timeout=30)
+            what = "engine" if self.engine_layout else "attach"
+            self.notify(f"{what} stopped: {self.source_error}", title=f"{what} stopped", severity="error", timeout=30)
+            self.poll(force=True)
 
     # -- keys -------------------------------------------------------------------------------------
     def action_source(self, control: str) -> None:

@@ -6,14 +6,12 @@ aggregate, the imbalance and a short history for the strip charts.
 from __future__ import annotations
 
 import dataclasses
-import time
 from collections import deque
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from batchtop.core_engine.attach.aggregate import Imbalance, aggregate, imbalances
 from batchtop.core_engine.attach.roofline_point import ModelEstimate, RooflinePoint
-from batchtop.core_engine.attach.scrape import ScrapeResult, Scraper
+from batchtop.core_engine.attach.scrape import ScrapeResult
 from batchtop.core_engine.attach.stats import ReplicaStats, build_stats
 from batchtop.core_engine.attach.window import ReplicaWindow
 
@@ -73,25 +71,3 @@ class Monitor:
                  for w in self.windows]
         agg = aggregate(stats, [w.window() for w in self.windows], [w.interval() for w in self.windows])
         return AttachFrame(self.t, self.tick, tuple(stats), agg, tuple(imbalances(stats)), tuple(self._history))
-
-
-class LivePoller:
-    """Scrapes every replica at once (one thread each), so a stalled one costs only its own timeout."""
-
-    def __init__(self, urls: list[str], interval_s: float, timeout_s: float | None = None,
-                 clock=time.monotonic) -> None:
-        self.interval_s = interval_s
-        self.timeout_s = timeout_s if timeout_s is not None else 0.8 * interval_s
-        self.clock = clock
-        self.t0 = clock()
-        self.scrapers = [Scraper(u, self.timeout_s, clock=lambda: clock() - self.t0) for u in urls]
-        self._pool = ThreadPoolExecutor(max_workers=len(urls), thread_name_prefix="batchtop-attach")
-
-    def poll(self) -> tuple[list[ScrapeResult], float]:
-        results = list(self._pool.map(lambda s: s.scrape(), self.scrapers))
-        return results, round(self.clock() - self.t0, 6)  # as a recording stores it: replays match
-
-    def close(self) -> None:
-        self._pool.shutdown(wait=False, cancel_futures=True)
-        for s in self.scrapers:
-            s.close()

@@ -11,11 +11,12 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from batchtop.core_engine.attach.monitor import Monitor
+from batchtop.core_engine.attach.record_schema import check_attach_header, check_scrape
 from batchtop.core_engine.attach.roofline_point import ModelEstimate
 from batchtop.core_engine.attach.sample import ReplicaSample
 from batchtop.core_engine.attach.scrape import ScrapeResult
 from batchtop.core_engine.config import ModelConfig
-from batchtop.core_engine.trace.trace import Trace, TraceError
+from batchtop.core_engine.trace.trace import Trace
 from batchtop.core_engine.trace.writer import TraceWriter
 
 SOURCE = "attach"
@@ -50,7 +51,9 @@ def header_estimate(header: dict) -> ModelEstimate | None:
 
 
 def monitor_for(trace: Trace) -> Monitor:
-    """A fresh Monitor set up as the recorded session's was: same replicas, window, ceiling, estimate."""
+    """A fresh Monitor set up as the recorded session's was: same replicas, window, ceiling, estimate;
+    TraceError naming the field when the header cannot give them."""
+    check_attach_header(trace)
     header = trace.header
     return Monitor(list(header["urls"]), window_s=float(header.get("window_s") or 30.0),
                    max_num_seqs=header.get("max_num_seqs"), estimate=header_estimate(header))
@@ -58,22 +61,17 @@ def monitor_for(trace: Trace) -> Monitor:
 
 def recorded_ticks(trace: Trace) -> Iterator[tuple[float, list[ScrapeResult]]]:
     """(t, one result per replica) for every recorded tick, in order; a tick cut short by a crash is
-    skipped, and a replica index the header does not list is refused, naming the event."""
-    num = len(trace.header.get("urls") or [])
-    if num == 0:
-        raise TraceError(f"{trace.path}: an attach trace without urls in its header")
+    skipped, and an event that cannot be replayed is refused, naming its line and field."""
+    check_attach_header(trace)
+    num = len(trace.header["urls"])
     tick, t, results = None, 0.0, [None] * num
-    for event in trace.events:
+    for index, event in enumerate(trace.events):
         if event.get("type") != "scrape":
             continue
-        try:
-            replica = int(event["replica"])
-            if not 0 <= replica < num:
-                raise ValueError(f"replica {replica} of {num}")
-            sample = ReplicaSample.from_dict(event["sample"]) if event.get("sample") else None
-            result = ScrapeResult(event["status"], event.get("reason"), sample, float(event.get("latency_s", 0)))
-        except (KeyError, ValueError, TypeError) as exc:
-            raise TraceError(f"{trace.path}: event seq {event.get('seq')}: bad scrape ({exc})") from None
+        check_scrape(trace, index, num)
+        replica = event["replica"]
+        sample = ReplicaSample.from_dict(event["sample"]) if event.get("sample") is not None else None
+        result = ScrapeResult(event["status"], event.get("reason"), sample, float(event.get("latency_s", 0)))
         if event.get("tick") != tick:
             if tick is not None and all(r is not None for r in results):
                 yield t, results

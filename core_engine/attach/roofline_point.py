@@ -20,6 +20,7 @@ from batchtop.core_engine.perf import roofline
 from batchtop.core_engine.model.cost import Chunk, step_cost
 
 MFU_HINT = "vLLM fills estimated_flops/read_bytes only with --enable-mfu-metrics"
+BELIEVABLE = (1e-30, 1e30)  # FLOP/byte and FLOP/s of any real machine lie far inside; the chart's logs need finite
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,7 +59,16 @@ def measured_point(d: Delta) -> tuple[RooflinePoint | None, str | None]:
         if d.totals.get("generation_tokens", 0) > 0 or d.totals.get("prompt_tokens", 0) > 0:
             return None, f"FLOP/byte counters stay 0 ({MFU_HINT})"
         return None, "idle: no step in this interval"
-    return RooflinePoint(flops / nbytes, d.per_s["flops"], "measured"), None
+    point = RooflinePoint(flops / nbytes, d.per_s["flops"], "measured")
+    if not believable(point):
+        return None, f"FLOP/byte counters beyond any real server ({point.intensity:.3g} FLOP/B, " \
+                     f"{point.flops_per_s:.3g} FLOP/s)"
+    return point, None
+
+
+def believable(point: RooflinePoint) -> bool:
+    lo, hi = BELIEVABLE
+    return lo <= point.intensity <= hi and lo <= point.flops_per_s <= hi
 
 
 def _mean(hist: Histogram | None, fallback: float) -> float:
@@ -81,4 +91,5 @@ def estimated_point(d: Delta, estimate: ModelEstimate, running: float | None,
     context = int(prompt_mean + _mean(lengths.get("generation_len"), 0.0) / 2)
     chunks = [Chunk(context, 1)] * rows + ([Chunk(0, prefill)] if prefill > 0 else [])
     cost = step_cost(estimate.model, estimate.dtype, chunks, rows + (1 if prefill > 0 else 0))
-    return RooflinePoint(cost.flops / cost.bytes, cost.flops * steps / d.dt, "estimated")
+    point = RooflinePoint(cost.flops / cost.bytes, cost.flops * steps / d.dt, "estimated")
+    return point if believable(point) else None

@@ -1,5 +1,9 @@
 """One scrape of one replica: the Prometheus text parsed (by prometheus_client's own parser) into the
 numbers attach shows, summed over the label sets a server splits them by (engines, ranks, models).
+
+Each series attach reads must be believable before it is summed: the same series twice (same name,
+same labels), a negative gauge or counter, a KV share above 1 or a sum too large for a float make the
+exposition BAD (plausible.py checks the parsed sample again, for replays).
 """
 
 from __future__ import annotations
@@ -13,9 +17,12 @@ from prometheus_client.parser import text_string_to_metric_families
 from batchtop.core_engine.attach.flavours import (BATCHTOP_MAX_NUM_SEQS, BATCHTOP_MODE, NAMES, MetricNames,
                                                   detect_flavour)
 from batchtop.core_engine.attach.histogram import Histogram
+from batchtop.core_engine.config import MAX_NUM_SEQS_LIMIT
 
 COUNTERS = ("prompt_tokens", "generation_tokens", "preemptions", "flops", "read_bytes", "write_bytes")
 HISTOGRAMS = ("ttft", "itl", "e2e", "queue_time", "iteration_tokens", "prompt_len", "generation_len")
+KV_SLACK = 1e-6  # float noise above a full pool
+START_TIME = "process_start_time_seconds"  # prometheus_client's process collector: a new value is a restart
 
 
 class BadExposition(ValueError):
@@ -39,6 +46,7 @@ class ReplicaSample:
     kv_capacity_tokens: float | None = None
     max_num_seqs: int | None = None  # batchtop serve says; vLLM and SGLang do not expose it
     mode: str | None = None  # batchtop serve's batching policy
+    start_time: float | None = None  # process_start_time_seconds, when the server exposes it
 
     def as_dict(self) -> dict:
         out = {k: getattr(self, k) for k in self.__slots__ if k != "histograms"}
@@ -68,20 +76,42 @@ class _Samples:
         except Exception as exc:  # the parser raises ValueError, and others on odd input
             raise BadExposition(f"not Prometheus text ({_short(exc)})") from None
 
+    def check(self, names: MetricNames) -> None:
+        """BadExposition for the first series attach reads that no real server exposes."""
+        for name in sorted(_read_names(names)):
+            seen: set[tuple[tuple[str, str], ...]] = set()
+            for labels, value in self.by_name.get(name, []):
+                key = tuple(sorted(labels.items()))
+                if key in seen:
+                    raise BadExposition(f"duplicate series {_series(name, labels)}")
+                seen.add(key)
+                if value < 0:
+                    raise BadExposition(f"negative {_series(name, labels)} = {value:g}")
+                if name == names.kv_usage and value > 1 + KV_SLACK:
+                    raise BadExposition(f"{_series(name, labels)} = {value:g}: KV usage outside 0..1")
+                if name == BATCHTOP_MAX_NUM_SEQS and value > MAX_NUM_SEQS_LIMIT:
+                    raise BadExposition(f"{name} = {value:g}: batchtop serve runs at most {MAX_NUM_SEQS_LIMIT}")
+
+    def _sum(self, name: str, values: list[float]) -> float:
+        total = sum(values)
+        if not math.isfinite(total):
+            raise BadExposition(f"{name} adds up to more than a float holds")
+        return total
+
     def total(self, name: str | None) -> float | None:
         rows = self.by_name.get(name or "")
-        return sum(v for _, v in rows) if rows else None
+        return self._sum(name or "", [v for _, v in rows]) if rows else None
 
     def mean(self, name: str | None) -> float | None:
         rows = self.by_name.get(name or "")
-        return sum(v for _, v in rows) / len(rows) if rows else None
+        return self._sum(name or "", [v for _, v in rows]) / len(rows) if rows else None
 
     def by_label(self, name: str | None, label: str) -> dict[str, float]:
-        out: dict[str, float] = defaultdict(float)
+        out: dict[str, list[float]] = defaultdict(list)
         for labels, value in self.by_name.get(name or "", []):
             if label in labels:
-                out[labels[label]] += value
-        return dict(out)
+                out[labels[label]].append(value)
+        return {k: self._sum(name or "", v) for k, v in out.items()}
 
     def labels(self, name: str | None) -> dict[str, str]:
         rows = self.by_name.get(name or "")
@@ -91,9 +121,41 @@ class _Samples:
         buckets = self.by_label(f"{base}_bucket", "le") if base else {}
         if not buckets:
             return None
-        bounds = sorted(buckets, key=float)
+        try:
+            bounds = sorted(buckets, key=float)
+        except ValueError:
+            bad = next(b for b in buckets if not _is_float(b))
+            raise BadExposition(f"{base}_bucket has le={bad!r}, not a number") from None
         return Histogram(tuple(float(b) for b in bounds), tuple(buckets[b] for b in bounds),
                          self.total(f"{base}_sum") or 0.0, self.total(f"{base}_count") or 0.0)
+
+
+def _read_names(names: MetricNames) -> set[str]:
+    """Every sample name attach sums or reads for this flavour (histograms: their three series)."""
+    out = {BATCHTOP_MAX_NUM_SEQS}
+    for key in names.__slots__:
+        value = getattr(names, key)
+        for name in (value if isinstance(value, tuple) else (value,)):
+            if name is None or key == "cache_info":
+                continue
+            out.add(name)
+            if key in HISTOGRAMS:
+                out.update(f"{name}{suffix}" for suffix in ("_bucket", "_sum", "_count"))
+    return out
+
+
+def _series(name: str, labels: dict[str, str]) -> str:
+    inner = ",".join(f'{k}="{v}"' for k, v in sorted(labels.items()))
+    text = f"{name}{{{inner}}}" if inner else name
+    return text if len(text) <= 100 else text[:97] + "..."
+
+
+def _is_float(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
 
 
 def _short(exc: BaseException) -> str:
@@ -117,6 +179,7 @@ def parse_exposition(text: str, t: float) -> ReplicaSample:
         raise BadExposition("no vLLM, SGLang or batchtop metrics in it" if samples.by_name
                             else "an empty exposition")
     names: MetricNames = NAMES[flavour]
+    samples.check(names)
     counters = {key: value for key in COUNTERS
                 if (value := samples.total(getattr(names, key))) is not None}
     hists: dict[str, Histogram] = {}
@@ -131,6 +194,7 @@ def parse_exposition(text: str, t: float) -> ReplicaSample:
     model = samples.labels(names.running).get("model_name")
     modes = {m: v for m, v in samples.by_label(BATCHTOP_MODE, "mode").items() if v > 0}
     max_seqs = samples.total(BATCHTOP_MAX_NUM_SEQS)
+    start = samples.by_name.get(START_TIME)
     return ReplicaSample(
         t=t, flavour=flavour, model_name=model,
         running=samples.total(names.running), waiting=samples.total(names.waiting),
@@ -139,4 +203,5 @@ def parse_exposition(text: str, t: float) -> ReplicaSample:
         success=samples.by_label(names.success, "finished_reason"), histograms=hists,
         num_gpu_blocks=_int(info.get("num_gpu_blocks")), block_size=_int(info.get("block_size")),
         kv_capacity_tokens=samples.total(names.kv_capacity_tokens),
-        max_num_seqs=int(max_seqs) if max_seqs else None, mode=next(iter(modes), None))
+        max_num_seqs=int(max_seqs) if max_seqs else None, mode=next(iter(modes), None),
+        start_time=start[0][1] if start else None)

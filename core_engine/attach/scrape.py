@@ -1,8 +1,14 @@
 """Fetching one replica's /metrics, with every way it can fail turned into a status and a reason.
 
-LIVE: a parsed sample. DOWN: nothing answered (refused, unresolvable, reset). STALE: no answer within
-the timeout, which is shorter than the interval, so a slow replica never holds the others back. BAD:
-it answered, but with an HTTP error or text that is not a vLLM / SGLang / batchtop exposition.
+LIVE: a parsed sample. DOWN: nothing answered (refused, unresolvable, reset). STALE: no whole answer
+within the timeout, which is shorter than the interval. BAD: it answered, but with an HTTP error or
+text that is not a vLLM / SGLang / batchtop exposition.
+
+The timeout is one wall-clock deadline for the whole scrape (connect, request, status line, headers,
+body): every socket call waits only for what is left of it, so a server that drips its answer a byte
+at a time (each read quick, the whole never ending) is cut off when the time is up. What no socket
+timeout reaches (a DNS lookup, a TLS read) is bounded by the poller instead (poller.py), which never
+waits for a replica past the deadline.
 
 The standard library's http.client, not httpx: importing httpx loads rich, which the engine side
 never imports (a test checks it).
@@ -11,7 +17,9 @@ never imports (a test checks it).
 from __future__ import annotations
 
 import http.client
+import math
 import socket
+import threading
 import time
 from dataclasses import dataclass
 from urllib.parse import urlsplit, urlunsplit
@@ -61,6 +69,46 @@ class _Timeout(Exception):
     pass
 
 
+class _DeadlineSocket(socket.socket):
+    """A socket whose every blocking call waits only until `deadline` (time.monotonic seconds)."""
+
+    deadline = math.inf
+
+    def _arm(self) -> None:
+        left = self.deadline - time.monotonic()
+        if left <= 0:
+            raise _Timeout
+        self.settimeout(left)
+
+    def recv_into(self, buffer, nbytes: int = 0, flags: int = 0) -> int:  # what http.client's reads call
+        self._arm()
+        return super().recv_into(buffer, nbytes, flags)
+
+    def recv(self, bufsize: int, flags: int = 0) -> bytes:
+        self._arm()
+        return super().recv(bufsize, flags)
+
+    def sendall(self, data, flags: int = 0) -> None:
+        self._arm()
+        super().sendall(data, flags)
+
+
+class _DeadlineConnection(http.client.HTTPConnection):
+    """Plain HTTP over a _DeadlineSocket; the connect itself waits only for what is left."""
+
+    deadline = math.inf
+
+    def connect(self) -> None:
+        left = self.deadline - time.monotonic()
+        if left <= 0:
+            raise _Timeout
+        raw = socket.create_connection((self.host, self.port), left, self.source_address)
+        sock = _DeadlineSocket(raw.family, raw.type, raw.proto, fileno=raw.detach())
+        sock.deadline = self.deadline
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.sock = sock
+
+
 class Scraper:
     """One keep-alive connection per replica, opened again after any failure; the clock stamps samples."""
 
@@ -73,33 +121,50 @@ class Scraper:
         self.timeout_s = timeout_s
         self._clock = clock
         self._conn: http.client.HTTPConnection | None = None
+        self._lock = threading.Lock()  # abort() comes from the poller's thread
+        self._aborted = False
+        self._answering = False  # the status line came: a timeout now means the body is still dripping
 
-    def _connection(self) -> http.client.HTTPConnection:
-        if self._conn is None:
-            cls = http.client.HTTPSConnection if self._https else http.client.HTTPConnection
-            self._conn = cls(self._host, self._port, timeout=self.timeout_s)
-        return self._conn
+    def _connection(self, deadline: float) -> http.client.HTTPConnection:
+        with self._lock:
+            if self._aborted:  # the poller gave up on the last scrape: never reuse its connection
+                self._aborted = False
+                self._close_locked()
+            if self._conn is None:
+                if self._https:  # TLS reads are bounded per call here, and as a whole by the poller
+                    self._conn = http.client.HTTPSConnection(self._host, self._port, timeout=self.timeout_s)
+                else:
+                    self._conn = _DeadlineConnection(self._host, self._port)
+            conn = self._conn
+        if isinstance(conn, _DeadlineConnection):
+            conn.deadline = deadline
+            if isinstance(conn.sock, _DeadlineSocket):
+                conn.sock.deadline = deadline
+        return conn
 
     def _fetch(self, deadline: float) -> tuple[int, str, bytes]:
-        conn = self._connection()
+        conn = self._connection(deadline)
         conn.request("GET", self._path, headers={"Accept": "text/plain;version=0.0.4"})
         response = conn.getresponse()
+        self._answering = True
         body = response.read(MAX_BYTES + 1)
         if len(body) > MAX_BYTES:
             raise BadExposition(f"answer over {MAX_BYTES >> 20} MiB")
         if response.will_close or not response.isclosed():
             self.close()  # the next scrape opens a fresh connection rather than reuse a half-read one
-        if self._clock() > deadline:  # a slow drip: each read was quick, the whole was not
+        if time.monotonic() > deadline:  # an HTTPS drip: each read was quick, the whole was not
             raise _Timeout
         return response.status, response.reason, body
 
     def scrape(self) -> ScrapeResult:
         t0 = self._clock()
+        self._answering = False
         try:
-            status, reason, body = self._fetch(t0 + self.timeout_s)
+            status, reason, body = self._fetch(time.monotonic() + self.timeout_s)
         except (TimeoutError, socket.timeout, _Timeout):
             self.close()
-            return ScrapeResult(STALE, f"no answer within {self.timeout_s:g} s", None, self._clock() - t0)
+            what = "answer not finished" if self._answering else "no answer"
+            return ScrapeResult(STALE, f"{what} within {self.timeout_s:g} s", None, self._clock() - t0)
         except BadExposition as exc:
             self.close()
             return ScrapeResult(BAD, str(exc), None, self._clock() - t0)
@@ -117,7 +182,23 @@ class Scraper:
             return ScrapeResult(BAD, str(exc), None, t - t0)
         return ScrapeResult(LIVE, None, sample, t - t0)
 
+    def abort(self) -> None:
+        """From another thread: end the scrape in flight now (its blocked read returns), and make the
+        next scrape open a fresh connection."""
+        with self._lock:
+            self._aborted = True
+            sock = self._conn.sock if self._conn is not None else None
+        if sock is not None:
+            try:
+                sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+
     def close(self) -> None:
+        with self._lock:
+            self._close_locked()
+
+    def _close_locked(self) -> None:
         if self._conn is not None:
             self._conn.close()
             self._conn = None

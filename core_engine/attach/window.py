@@ -1,17 +1,21 @@
 """A replica's recent samples: the last interval gives its rates, the sliding window its percentiles.
 
-A counter that went backwards means the server restarted: the window starts again from the new
-sample, so no rate is ever computed across the restart (and none is ever negative).
+A restart (a new process start time, or a counter that went backwards where the server does not say
+its start time) starts the window again from the new sample, so no rate is ever computed across it
+(and none is ever negative). A sample no real server can give (plausible.py), or a counter that went
+backwards in the same process, is not taken in: the replica is BAD for that scrape, with the reason.
 """
 
 from __future__ import annotations
 
+import math
 from collections import deque
 from dataclasses import dataclass, field
 
 from batchtop.core_engine.attach.histogram import Histogram
+from batchtop.core_engine.attach.plausible import first_backwards, restarted, sample_problem, same_process
 from batchtop.core_engine.attach.sample import ReplicaSample
-from batchtop.core_engine.attach.scrape import DOWN, LIVE, ScrapeResult
+from batchtop.core_engine.attach.scrape import BAD, DOWN, LIVE, ScrapeResult
 
 
 @dataclass(frozen=True, slots=True)
@@ -27,11 +31,7 @@ class Delta:
 
 
 def went_backwards(before: ReplicaSample, after: ReplicaSample) -> bool:
-    if any(after.counters.get(k, v) < v for k, v in before.counters.items()):
-        return True
-    if any(after.success.get(k, v) < v for k, v in before.success.items()):
-        return True
-    return any(k in after.histograms and after.histograms[k].count < h.count for k, h in before.histograms.items())
+    return first_backwards(before, after) is not None
 
 
 def delta(before: ReplicaSample, after: ReplicaSample) -> Delta | None:
@@ -45,6 +45,14 @@ def delta(before: ReplicaSample, after: ReplicaSample) -> Delta | None:
             hists[k] = d
     success = {k: v - before.success.get(k, 0.0) for k, v in after.success.items()}
     return Delta(dt, totals, {k: v / dt for k, v in totals.items()}, hists, success)
+
+
+def _too_fast(d: Delta | None) -> str | None:
+    """A counter growing faster than a float holds per second: no server counts that, no panel draws it."""
+    for key, rate in (d.per_s.items() if d is not None else ()):
+        if not math.isfinite(rate):
+            return f"{key} grew by {d.totals[key]:.3g} in {d.dt:.3g} s: faster than any server"
+    return None
 
 
 class ReplicaWindow:
@@ -61,17 +69,37 @@ class ReplicaWindow:
         self.status_counts: dict[str, int] = {}  # scrapes by status, for the JSON's health
 
     def add(self, result: ScrapeResult) -> None:
-        self.status, self.reason, self.last_latency_s = result.status, result.reason, result.latency_s
-        self.status_counts[result.status] = self.status_counts.get(result.status, 0) + 1
-        sample = result.sample
-        if result.status != LIVE or sample is None:
-            return  # the last good numbers stay on screen, marked with the status
-        if self.samples and went_backwards(self.samples[-1], sample):
-            self.samples.clear()
-            self.resets += 1
+        status, reason, sample = result.status, result.reason, result.sample
+        if status == LIVE and sample is not None:
+            reason = self._take(sample)
+            status = LIVE if reason is None else BAD
+        self.status, self.reason, self.last_latency_s = status, reason, result.latency_s
+        self.status_counts[status] = self.status_counts.get(status, 0) + 1
+
+    def _take(self, sample: ReplicaSample) -> str | None:
+        """Add a live sample; why the replica is BAD for it, or None. An impossible sample is not added:
+        the last good numbers stay on screen."""
+        problem = sample_problem(sample)
+        if problem is not None:
+            return problem
+        refused = None
+        if self.samples:
+            before = self.samples[-1]
+            backwards = first_backwards(before, sample)
+            if backwards is not None and same_process(before, sample):
+                # no restart explains it: BAD for this scrape; the window starts again from it all the
+                # same, so no rate spans the drop and one drop does not hold the replica BAD for good
+                refused = f"{backwards} with no restart (same process_start_time_seconds)"
+                self.samples.clear()
+            elif backwards is not None or restarted(before, sample):
+                self.samples.clear()
+                self.resets += 1
+            elif (too_fast := _too_fast(delta(before, sample))) is not None:
+                return too_fast
         self.samples.append(sample)
         while len(self.samples) > 2 and self.samples[1].t <= sample.t - self.window_s:
             self.samples.popleft()
+        return refused
 
     @property
     def latest(self) -> ReplicaSample | None:

@@ -11,7 +11,8 @@ import time
 
 from click.testing import CliRunner
 
-from batchtop.core_engine.attach.monitor import LivePoller, Monitor
+from batchtop.core_engine.attach.monitor import Monitor
+from batchtop.core_engine.attach.poller import LivePoller
 from batchtop.core_engine.attach.record import AttachRecorder, attach_header
 from batchtop.core_engine.attach.roofline_point import ModelEstimate, estimated_point, measured_point
 from batchtop.core_engine.attach.scrape import LIVE

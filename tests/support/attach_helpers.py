@@ -1,8 +1,10 @@
 """Shared pieces of the attach tests: the real vLLM captures, expositions written by prometheus_client
-under SGLang's documented names, and a local HTTP server whose /metrics misbehaves on demand."""
+under SGLang's documented names, a local HTTP server whose /metrics misbehaves on demand, and one
+that drips its answer a byte at a time."""
 
 from __future__ import annotations
 
+import socket
 import threading
 import time
 from collections.abc import Iterator
@@ -23,6 +25,14 @@ VLLM_T2 = DATA / "vllm-0.32-cpu-load-t2s.prom"
 
 def vllm_sample(path: Path, t: float) -> ReplicaSample:
     return parse_exposition(path.read_text(encoding="utf-8"), t)
+
+
+def restarted(text: str, start_time: float) -> str:
+    """A capture as a restarted server would give it: a new process_start_time_seconds."""
+    lines = [f"process_start_time_seconds {start_time!r}" if line.startswith("process_start_time_seconds ") else line
+             for line in text.splitlines()]
+    assert lines != text.splitlines(), "the capture exposes no process_start_time_seconds"
+    return "\n".join(lines) + "\n"
 
 
 def live(sample: ReplicaSample) -> ScrapeResult:
@@ -90,3 +100,50 @@ def flaky_server(state: FlakyMetrics) -> Iterator[str]:
     finally:
         server.shutdown()
         server.server_close()
+
+
+@contextmanager
+def drip_server(part: str, every_s: float = 0.2) -> Iterator[str]:
+    """A /metrics that never finishes: `part` "body" sends its status line and headers at once, then
+    one body byte every `every_s` (each read beats any timeout, the body never ends); "headers"
+    drips the headers themselves the same way."""
+    stop = threading.Event()
+    listener = socket.create_server(("127.0.0.1", 0))
+    listener.settimeout(0.1)
+
+    def drip(conn: socket.socket, data: bytes) -> None:
+        for i in range(len(data)):
+            if stop.wait(every_s):
+                return
+            conn.sendall(data[i:i + 1])
+
+    def answer(conn: socket.socket) -> None:
+        with conn:
+            try:
+                conn.recv(65536)
+                if part == "headers":
+                    drip(conn, b"HTTP/1.1 200 OK\r\nX-Slow: " + b"a" * 60000)
+                else:
+                    conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 100000\r\n\r\n")
+                    drip(conn, b"#" * 100000)
+            except OSError:
+                pass  # the scraper gave up and closed its end
+
+    def serve() -> None:
+        while not stop.is_set():
+            try:
+                conn, _ = listener.accept()
+            except TimeoutError:
+                continue
+            except OSError:
+                return
+            threading.Thread(target=answer, args=(conn,), daemon=True).start()
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{listener.getsockname()[1]}"
+    finally:
+        stop.set()
+        thread.join(timeout=2)
+        listener.close()

@@ -7,8 +7,10 @@ from __future__ import annotations
 import signal
 import sys
 import time
+import traceback
 
-from batchtop.core_engine.attach.monitor import AttachFrame, LivePoller
+from batchtop.core_engine.attach.monitor import AttachFrame
+from batchtop.core_engine.attach.poller import LivePoller
 from batchtop.core_engine.attach.peaks import attach_peaks
 from batchtop.core_engine.attach.report import attach_report
 from batchtop.core_engine.attach.setup import AttachOptions, AttachSetup
@@ -24,6 +26,9 @@ from batchtop.core_engine.output_files import check_outputs, deliver_json
 def prepare(urls: tuple[str, ...], opts: AttachOptions) -> AttachSetup:
     """Every check before the first scrape: URLs, option combinations, output paths, model, roofs."""
     resolved = [metrics_url(u) for u in urls]
+    twice = next((u for i, u in enumerate(resolved) if u in resolved[:i]), None)
+    if twice is not None:
+        raise ConfigError("URL", f"{twice} is given twice: its numbers would count twice in the aggregate")
     if opts.timeout is not None and opts.timeout >= opts.interval:
         raise ConfigError("--timeout", f"{opts.timeout:g} s must be shorter than --interval {opts.interval:g} s")
     if opts.headless and opts.duration is None:
@@ -57,6 +62,7 @@ def run_headless(setup: AttachSetup) -> int:
     complete = False
     tty = sys.stderr.isatty()
     exit_code = exit_status(signal.SIGINT)
+    error: str | None = None
     try:  # SIGTERM raises Terminated here (see tui.cli): the watch ends as on Ctrl-C, with the JSON of what was seen
         while True:
             results, t = poller.poll()
@@ -73,17 +79,30 @@ def run_headless(setup: AttachSetup) -> int:
             time.sleep(max(0.0, min(next_tick, opts.duration) - (poller.clock() - poller.t0)))
     except KeyboardInterrupt as exc:
         exit_code = exit_status(signal.SIGTERM if isinstance(exc, Terminated) else signal.SIGINT)
+    except Exception as exc:  # --record's disk filling up, or a bug: what was seen is written all the same
+        error = f"{type(exc).__name__}: {exc}"
+        if not isinstance(exc, OSError):
+            traceback.print_exc()
     finally:
         poller.close()
-        if recorder is not None:
-            recorder.close(frame.t, "finished" if complete else "interrupted")
         if tty:
             sys.stderr.write("\n")
-    written = deliver_json(attach_report(monitor, frame, interval_s=opts.interval, peaks=setup.peaks,
-                                         peaks_note=setup.peaks_note, complete=complete), opts.output)
+    if recorder is not None:
+        try:
+            recorder.close(frame.t, "finished" if complete else "interrupted" if error is None else "error")
+        except OSError as exc:
+            error = error or f"{type(exc).__name__}: {exc}"
+    doc = attach_report(monitor, frame, interval_s=opts.interval, peaks=setup.peaks, peaks_note=setup.peaks_note,
+                        complete=complete and error is None)
+    if error is not None:
+        doc["error"] = error
+    written = deliver_json(doc, opts.output)
     for s in frame.replicas:
         if s.status != "LIVE":
             note(f"{s.name}: {s.status}: {s.reason}")
+    if error is not None:
+        note(f"error: {error}; the JSON holds what was seen before it")
+        return 1
     if not complete:
         return exit_code
     return 0 if written else 1

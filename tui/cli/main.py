@@ -10,7 +10,7 @@ import click
 
 from batchtop.core_engine.config import PRESETS
 from batchtop.core_engine.run.stop import Terminated, exit_status, raise_terminated
-from batchtop.tui.cli.options import SEED, engine_options, session_options
+from batchtop.tui.cli.options import SEED, Finite, engine_options, session_options
 
 CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 
@@ -108,7 +108,7 @@ def serve(host: str, port: int, api_key: str | None, served_model_name: str | No
 @click.argument("trace", metavar="TRACE")
 @click.option("--headless", is_flag=True, help="No screen: recompute the metrics JSON from the trace.")
 @click.option("-o", "--output", type=str, default=None, metavar="FILE", help="--headless: metrics JSON file (default stdout).")
-@click.option("--speed", type=click.FloatRange(0.25, 16), default=1.0, show_default=True,
+@click.option("--speed", type=Finite(0.25, 16), default=1.0, show_default=True,
               help="Playback speed (< and > change it live).")
 @click.option("--theme", type=click.Choice(["dark", "light", "colourblind"]), default="dark", show_default=True)
 def replay(trace: str, headless: bool, output: str | None, speed: float, theme: str) -> None:
@@ -174,16 +174,16 @@ def export_checkpoint(out_dir: str, model: str, seed: int, dtype: str) -> None:
 
 @main.command(context_settings=CONTEXT)
 @click.argument("urls", nargs=-1, required=True, metavar="URL [URL ...]")
-@click.option("--interval", type=click.FloatRange(min=0.05, max=3600), default=1.0, show_default=True,
+@click.option("--interval", type=Finite(0.05, 3600), default=1.0, show_default=True,
               help="Seconds between scrapes of every URL.")
-@click.option("--window", type=click.FloatRange(min=1), default=30.0, show_default=True,
+@click.option("--window", type=Finite(1), default=30.0, show_default=True,
               help="Seconds of histogram buckets behind each percentile on screen (headless: the whole run).")
-@click.option("--timeout", type=click.FloatRange(min=0.01), default=None,
+@click.option("--timeout", type=Finite(0.01), default=None,
               help="Seconds a scrape may take before its replica is STALE. [default: 0.8 x --interval]")
 @click.option("--record", type=str, default=None, metavar="FILE",
               help="Record every scrape as a trace (\"source\": \"attach\"); `batchtop replay FILE` plays it.")
 @click.option("--headless", is_flag=True, help="No screen: watch for --duration seconds, write batchtop.attach/1 JSON.")
-@click.option("--duration", type=click.FloatRange(min=0), default=None, metavar="S", help="--headless: seconds to watch.")
+@click.option("--duration", type=Finite(0), default=None, metavar="S", help="--headless: seconds to watch.")
 @click.option("-o", "--output", type=str, default=None, metavar="FILE", help="--headless: JSON file (default stdout).")
 @click.option("--max-num-seqs", type=click.IntRange(min=1), default=None,
               help="The servers' slot ceiling, when they do not expose it (vLLM and SGLang do not).")

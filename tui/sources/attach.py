@@ -9,7 +9,8 @@ import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 
-from batchtop.core_engine.attach.monitor import AttachFrame, LivePoller, Monitor
+from batchtop.core_engine.attach.monitor import AttachFrame, Monitor
+from batchtop.core_engine.attach.poller import LivePoller
 from batchtop.core_engine.attach.record import monitor_for, recorded_ticks
 from batchtop.core_engine.attach.setup import AttachSetup
 from batchtop.core_engine.perf.device_peaks import DevicePeaks, peaks_from_dict
@@ -24,7 +25,7 @@ REPLAY_SPEEDS = tuple(s for s in SPEEDS if s <= MAX_REPLAY_SPEED)
 def _sleep_until(deadline: float, cancelled: Callable[[], bool], wake: threading.Event) -> None:
     while not cancelled():
         left = deadline - time.monotonic()
-        if left <= 0:
+        if not left > 0:  # NaN too: a wait that never ends would spin, not sleep
             return
         wake.wait(min(left, 0.05))
         wake.clear()
