@@ -11,6 +11,23 @@ MAX_NUM_SEQS_LIMIT = 4096  # the most slots the keys (and the CLI) can ask for
 MAX_SEED = 2**64 - 1  # torch.manual_seed's range
 
 
+def max_num_seqs_problem(value: object, max_num_batched_tokens: int | None = None) -> str | None:
+    """The one rule for max_num_seqs, at start-up, in a script and for the live keys: an integer in
+    1..MAX_NUM_SEQS_LIMIT, and no more than the token budget, which must hold one decode token for every
+    running sequence (vLLM refuses the same)."""
+    if not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= MAX_NUM_SEQS_LIMIT:
+        return f"must be an integer in 1..{MAX_NUM_SEQS_LIMIT}, got {value!r}"
+    if max_num_batched_tokens is not None and value > max_num_batched_tokens:
+        return (f"{value} is above max_num_batched_tokens {max_num_batched_tokens}: every running sequence "
+                "decodes one token per step, so the budget must hold them all")
+    return None
+
+
+def max_num_seqs_cap(max_num_batched_tokens: int) -> int:
+    """The most slots a live change may ask for under this token budget."""
+    return min(MAX_NUM_SEQS_LIMIT, max_num_batched_tokens)
+
+
 @dataclass(frozen=True, slots=True)
 class RopeScaling:
     """Llama 3.x RoPE scaling ("rope_type": "llama3"): slow rotary frequencies are divided by `factor`,
@@ -145,7 +162,7 @@ def preset(name: str) -> ModelConfig:
     try:
         return PRESETS[name]
     except KeyError:
-        raise ConfigError("--model", f"unknown preset {name!r} (choose auto, {', '.join(PRESETS)})") from None
+        raise ConfigError("model", f"unknown preset {name!r} (choose auto, {', '.join(PRESETS)})") from None
 
 
 @dataclass(frozen=True, slots=True)
@@ -165,24 +182,19 @@ class EngineConfig:
     extra: dict = field(default_factory=dict, compare=False)  # free-form provenance for metrics
 
     def __post_init__(self) -> None:
-        for option, value in (("--max-num-seqs", self.max_num_seqs),
-                              ("--max-num-batched-tokens", self.max_num_batched_tokens),
-                              ("--block-size", self.block_size),
-                              ("--num-kv-blocks", self.num_kv_blocks)):
+        for field_name in ("max_num_batched_tokens", "block_size", "num_kv_blocks"):
+            value = getattr(self, field_name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                raise ConfigError(option, f"must be an integer >= 1, got {value!r}")
-        if self.max_num_seqs > MAX_NUM_SEQS_LIMIT:
-            raise ConfigError("--max-num-seqs", f"must be at most {MAX_NUM_SEQS_LIMIT}, got {self.max_num_seqs}")
-        if self.max_num_batched_tokens < self.max_num_seqs:  # vLLM refuses it too: decodes must fit one step
-            raise ConfigError("--max-num-batched-tokens", f"{self.max_num_batched_tokens} is below max_num_seqs "
-                                                          f"{self.max_num_seqs}: every running sequence decodes "
-                                                          "one token per step, so the budget must hold them all")
+                raise ConfigError(field_name, f"must be an integer >= 1, got {value!r}")
+        problem = max_num_seqs_problem(self.max_num_seqs, self.max_num_batched_tokens)
+        if problem is not None:
+            raise ConfigError("max_num_seqs", problem)
         if not isinstance(self.seed, int) or isinstance(self.seed, bool) or not 0 <= self.seed <= MAX_SEED:
-            raise ConfigError("--seed", f"must be an integer in 0..2**64-1, got {self.seed!r}")
+            raise ConfigError("seed", f"must be an integer in 0..2**64-1, got {self.seed!r}")
         if self.mode not in MODES:
-            raise ConfigError("--mode", f"must be one of {', '.join(MODES)}, got {self.mode!r}")
+            raise ConfigError("mode", f"must be one of {', '.join(MODES)}, got {self.mode!r}")
         if self.device not in ("cpu", "cuda"):
-            raise ConfigError("--device", f"must be cpu or cuda once resolved, got {self.device!r}")
+            raise ConfigError("device", f"must be cpu or cuda once resolved, got {self.device!r}")
 
     @property
     def max_model_len(self) -> int:

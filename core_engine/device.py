@@ -41,12 +41,12 @@ def resolve_device(device: str) -> str:
         return "cuda" if torch.cuda.is_available() else "cpu"
     if device == "cuda":
         if not torch.cuda.is_available():
-            raise ConfigError("--device", "cuda was asked for but torch sees no CUDA device "
+            raise ConfigError("device", "cuda was asked for but torch sees no CUDA device "
                                           f"(torch {torch.__version__}, cuda build: {torch.version.cuda})")
         return "cuda"
     if device == "cpu":
         return "cpu"
-    raise ConfigError("--device", f"unknown device {device!r} (choose auto, cpu or cuda)")
+    raise ConfigError("device", f"unknown device {device!r} (choose auto, cpu or cuda)")
 
 
 def resolve_dtype(dtype: str, device: str) -> str:
@@ -56,7 +56,7 @@ def resolve_dtype(dtype: str, device: str) -> str:
             return "bfloat16"
         return "bfloat16" if cpu_has_fast_bf16() else "float32"
     if name not in DTYPES:
-        raise ConfigError("--dtype", f"unknown dtype {dtype!r} (choose auto, float32, bfloat16, float16)")
+        raise ConfigError("dtype", f"unknown dtype {dtype!r} (choose auto, float32, bfloat16, float16)")
     return name
 
 

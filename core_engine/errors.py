@@ -8,11 +8,13 @@ class BadInput(ValueError):
 
 
 class ConfigError(BadInput):
-    """An engine or model option is invalid."""
+    """An engine or model setting is invalid. `field` names it as the engine does (max_num_seqs, model,
+    a config.json key); the CLI shows its flag instead (tui/cli/flags.py)."""
 
-    def __init__(self, option: str, message: str) -> None:
-        super().__init__(f"{option}: {message}")
-        self.option = option
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(f"{field}: {message}")
+        self.field = field
+        self.message = message
 
 
 class WorkloadError(BadInput):

@@ -24,7 +24,8 @@ from textual.worker import Worker, WorkerState, get_current_worker
 
 from batchtop.core_engine.run.stop import exit_status
 from batchtop.core_engine.engine.snapshot import SlotView
-from batchtop.themes import STYLESHEET, THEMES, next_theme
+from batchtop.themes import STYLESHEET
+from batchtop.themes.palettes import THEMES, next_theme
 from batchtop.tui.screens.help import HelpScreen
 from batchtop.tui.screens.request_detail import RequestScreen
 from batchtop.tui.screenshot import save_screenshot

@@ -27,7 +27,7 @@ def attach_peaks(device: str | None, urls: list[str], dtype: str) -> tuple[Devic
         try:
             chosen = simulated_device(device)
         except ConfigError as exc:
-            raise ConfigError("--device", str(exc).split(": ", 1)[-1]) from None
+            raise ConfigError("device", str(exc).split(": ", 1)[-1]) from None
         peaks = chosen.peaks(dtype)
         return peaks, f"--device {chosen.name}: {peaks.source}"
     if not all(is_loopback(metrics_url(u)) for u in urls):

@@ -11,7 +11,7 @@ import time
 from collections.abc import Callable, Iterable
 
 from batchtop.core_engine.engine import control
-from batchtop.core_engine.config import MAX_NUM_SEQS_LIMIT, MODES, EngineConfig
+from batchtop.core_engine.config import MODES, EngineConfig, max_num_seqs_cap
 from batchtop.core_engine.engine.arrivals import ArrivalQueue
 from batchtop.core_engine.engine.validation import validate_max_num_seqs, validate_request
 from batchtop.core_engine.errors import InvalidRequest
@@ -73,7 +73,7 @@ class Engine:
     @property
     def max_num_seqs_cap(self) -> int:
         """The most slots a live change may ask for: every running sequence's decode fits one step."""
-        return min(MAX_NUM_SEQS_LIMIT, self.config.max_num_batched_tokens)
+        return max_num_seqs_cap(self.config.max_num_batched_tokens)
 
     def load_workload(self, requests: Iterable[Request]) -> None:
         """Requests arrive at their arrival_s; Reset replays the same list from the start."""

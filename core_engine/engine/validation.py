@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 
-from batchtop.core_engine.config import MAX_NUM_SEQS_LIMIT, EngineConfig
+from batchtop.core_engine.config import EngineConfig, max_num_seqs_problem
 from batchtop.core_engine.sched.kv_cache import cdiv
 from batchtop.core_engine.sched.request import Request
 from batchtop.core_engine.errors import InvalidRequest, UnservableRequest
@@ -12,11 +12,9 @@ from batchtop.core_engine.errors import InvalidRequest, UnservableRequest
 
 def validate_max_num_seqs(value: object, token_budget: int | None = None) -> int:
     """token_budget: max_num_batched_tokens; every running sequence's decode must fit one step."""
-    if not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= MAX_NUM_SEQS_LIMIT:
-        raise ValueError(f"max_num_seqs must be an integer in 1..{MAX_NUM_SEQS_LIMIT}, got {value!r}")
-    if token_budget is not None and value > token_budget:
-        raise ValueError(f"max_num_seqs {value} is above max_num_batched_tokens {token_budget} "
-                         "(start with a larger --max-num-batched-tokens)")
+    problem = max_num_seqs_problem(value, token_budget)
+    if problem is not None:
+        raise ValueError(f"max_num_seqs {problem}")
     return value
 
 

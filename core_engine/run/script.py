@@ -16,7 +16,7 @@ from pathlib import Path
 
 from batchtop.core_engine.engine import control
 from batchtop.core_engine.config import MODES
-from batchtop.core_engine.engine.validation import MAX_NUM_SEQS_LIMIT
+from batchtop.core_engine.config import MAX_NUM_SEQS_LIMIT
 from batchtop.core_engine.errors import WorkloadError
 from batchtop.core_engine.text_files import NotText, parse_json, read_text_file
 

@@ -25,7 +25,7 @@ def bind_socket(host: str, port: int) -> socket.socket:
     try:
         infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
     except socket.gaierror as exc:
-        raise ConfigError("--host", f"cannot resolve {host!r}: {exc.strerror}") from None
+        raise ConfigError("host", f"cannot resolve {host!r}: {exc.strerror}") from None
     family, _, _, _, address = infos[0]
     sock = socket.socket(family, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -36,7 +36,7 @@ def bind_socket(host: str, port: int) -> socket.socket:
         sock.listen(2048)
     except OSError as exc:
         sock.close()
-        raise ConfigError("--port", f"cannot listen on {host}:{port}: {exc.strerror}") from None
+        raise ConfigError("port", f"cannot listen on {host}:{port}: {exc.strerror}") from None
     return sock
 
 

@@ -80,7 +80,7 @@ DEFAULT = Calibration(compute_efficiency=0.6, memory_efficiency=0.8, attention_e
 def load_calibration(path: str) -> Calibration:
     """Read a calibration file; anything unusable is a ConfigError naming the file and the constant."""
     def bad(message: str) -> ConfigError:
-        return ConfigError("--calibration", f"{path}: {message}")
+        return ConfigError("calibration", f"{path}: {message}")
 
     p = Path(path)
     if not p.exists():

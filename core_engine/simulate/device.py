@@ -48,4 +48,4 @@ def simulated_device(name: str) -> SimulatedDevice:
         if fragment == wanted or _key(fragment) == key:
             peaks = DevicePeaks(fragment, flops, bandwidth, f"datasheet:{fragment}")
             return SimulatedDevice(short_name(fragment), fragment, "cuda", memory, peaks)
-    raise ConfigError("--simulate", f"unknown device {name!r} (choose {', '.join(device_names())})")
+    raise ConfigError("simulate", f"unknown device {name!r} (choose {', '.join(device_names())})")

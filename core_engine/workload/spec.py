@@ -93,15 +93,15 @@ def load_workload(spec: WorkloadSpec, vocab_size: int, tokenizer: Tokenizer | No
     (max_model_len, the KV pool) gets no token list at all (see UnbuiltPrompt): the engine still
     refuses it alone, with both numbers, and the run goes on for the others."""
     if spec.num_requests is not None and spec.num_requests < 1:
-        raise ConfigError("--num-requests", f"must be >= 1, got {spec.num_requests}")
+        raise ConfigError("num_requests", f"must be >= 1, got {spec.num_requests}")
     for name in ("prompt_scale", "output_scale"):
         if not getattr(spec, name) > 0:
-            raise ConfigError(f"--{name.replace('_', '-')}", f"must be > 0, got {getattr(spec, name)}")
+            raise ConfigError(name, f"must be > 0, got {getattr(spec, name)}")
     if not spec.time_scale >= 0:
-        raise ConfigError("--time-scale", f"must be >= 0, got {spec.time_scale}")
+        raise ConfigError("time_scale", f"must be >= 0, got {spec.time_scale}")
     if spec.path == "synthetic":
         if spec.num_requests is not None and spec.num_requests > MAX_SYNTHETIC_REQUESTS:
-            raise ConfigError("--num-requests", f"a synthetic workload is generated in memory: at most "
+            raise ConfigError("num_requests", f"a synthetic workload is generated in memory: at most "
                                                 f"{MAX_SYNTHETIC_REQUESTS}, got {spec.num_requests}")
         raw = synthetic(spec)
     else:
@@ -174,7 +174,7 @@ def materialise(raw: list[RawRequest], spec: WorkloadSpec, vocab_size: int,
         if ids is None:
             prompt_len = _scaled(r.prompt_len, spec.prompt_scale)
             if prompt_len > sys.maxsize:  # len() cannot count it: no engine could hold it either
-                raise ConfigError("--prompt-scale", f"request {r.id!r}: the prompt scales to {prompt_len} tokens")
+                raise ConfigError("prompt_scale", f"request {r.id!r}: the prompt scales to {prompt_len} tokens")
             if config is not None and not _fits(r.id, prompt_len, max_tokens, config):
                 ids = UnbuiltPrompt(prompt_len)
             else:

@@ -27,7 +27,7 @@ TINY = ["--model", "tiny", "--device", "cpu", "--dtype", "float32", "--workload"
     (["--seed", str(2**64)], "--seed", "0<=x<=18446744073709551615"),
     (["--max-num-seqs", "4097"], "--max-num-seqs", "1<=x<=4096"),
     (["--num-kv-blocks", "1000000000"], "--num-kv-blocks", "GiB available"),
-    (["--max-num-seqs", "32", "--max-num-batched-tokens", "16"], "--max-num-batched-tokens", "below max_num_seqs 32"),
+    (["--max-num-seqs", "32", "--max-num-batched-tokens", "16"], "--max-num-seqs", "32 is above max_num_batched_tokens 16"),
 ])
 @pytest.mark.parametrize("command", [["--headless"], ["compare"]])
 def test_a_bad_number_exits_2_naming_its_option_before_the_model_is_built(command, args, option, says):

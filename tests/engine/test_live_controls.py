@@ -81,7 +81,7 @@ def test_the_engine_refuses_more_slots_than_the_budget_can_decode():
     engine = Engine(tiny_config(max_num_seqs=4, max_num_batched_tokens=8))
     with pytest.raises(ValueError, match="above max_num_batched_tokens 8"):
         engine.submit(control.SetMaxNumSeqs(9))
-    with pytest.raises(ConfigError, match="--max-num-batched-tokens: 4 is below max_num_seqs 5"):
+    with pytest.raises(ConfigError, match="max_num_seqs: 5 is above max_num_batched_tokens 4"):
         tiny_config(max_num_seqs=5, max_num_batched_tokens=4)
 
 

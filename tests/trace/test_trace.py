@@ -17,7 +17,7 @@ from batchtop.core_engine.run.script import ScriptAction, ScriptPlayer, load_scr
 from batchtop.core_engine.run.session import Session
 from batchtop.core_engine.trace.trace import Recorder, TraceError, read_trace
 from tests.conftest import fail_on_call, make_requests, tiny_config
-from tests.tui.test_dashboard import PEAKS, TickClock, WORKLOAD, make_app, panel_text, step, wait_for
+from tests.tui.test_dashboard import TickClock, WORKLOAD, make_app, panel_text, step, wait_for
 from batchtop.tui.cli import main
 from batchtop.tui.cli.replay import replay_metrics
 from batchtop.tui.app import BatchtopApp

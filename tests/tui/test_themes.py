@@ -7,7 +7,8 @@ from pathlib import Path
 
 from textual.color import Color
 
-from batchtop.themes import NUM_REQUEST_COLOURS, STYLESHEET, THEMES
+from batchtop.themes import NUM_REQUEST_COLOURS, STYLESHEET
+from batchtop.themes.palettes import THEMES
 
 WIDGETS = Path(__file__).resolve().parents[2] / "tui" / "widgets"
 

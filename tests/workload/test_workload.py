@@ -101,9 +101,9 @@ def test_synthetic_is_seeded_and_skewed():
 
 def test_slicing_and_bad_scales(tmp_path):
     assert len(load_workload(WorkloadSpec(num_requests=7), VOCAB)) == 7
-    with pytest.raises(BadInput, match="--prompt-scale"):
+    with pytest.raises(BadInput, match="prompt_scale"):
         load_workload(WorkloadSpec(prompt_scale=0), VOCAB)
-    with pytest.raises(BadInput, match="--time-scale"):
+    with pytest.raises(BadInput, match="time_scale"):
         load_workload(WorkloadSpec(time_scale=-1), VOCAB)
 
 

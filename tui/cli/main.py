@@ -10,7 +10,7 @@ import click
 
 from batchtop.core_engine.config import PRESETS
 from batchtop.core_engine.run.stop import Terminated, exit_status, raise_terminated
-from batchtop.tui.cli.options import SEED, Finite, engine_options, session_options
+from batchtop.tui.cli.options import SEED, Finite, engine_options, session_options, theme_option
 
 CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 
@@ -36,8 +36,7 @@ class Batchtop(click.Group):
 @click.group(cls=Batchtop, invoke_without_command=True, context_settings=CONTEXT)
 @engine_options
 @session_options
-@click.option("--theme", type=click.Choice(["dark", "light", "colourblind"]), default="dark", show_default=True,
-              help="Dashboard colours; `t` cycles them live.")
+@theme_option
 @click.option("--headless", is_flag=True,
               help="No screen: run the workload to completion and write the metrics JSON (schema batchtop.metrics/1).")
 @click.option("-o", "--output", type=str, default=None, metavar="FILE",
@@ -58,7 +57,7 @@ def main(ctx: click.Context, headless: bool, output: str | None, theme: str, **o
         run_headless(opts, output)
     else:
         from batchtop.tui.cli.dashboard import run_dashboard
-        run_dashboard(opts, theme=f"batchtop-{theme}")
+        run_dashboard(opts, theme=theme)
 
 
 @main.command(context_settings=CONTEXT)
@@ -90,7 +89,7 @@ def compare(output: str, **opts) -> None:
 @click.option("--shutdown-grace", type=click.FloatRange(0, 600), default=5.0, show_default=True,
               help="Seconds in-flight requests get to finish on Ctrl-C / SIGTERM before they are ended.")
 @click.option("--headless", is_flag=True, help="No dashboard: serve, and log a one-line summary every 5 s.")
-@click.option("--theme", type=click.Choice(["dark", "light", "colourblind"]), default="dark", show_default=True)
+@theme_option
 def serve(host: str, port: int, api_key: str | None, served_model_name: str | None, max_waiting: int | None,
           shutdown_grace: float, headless: bool, theme: str, **opts) -> None:
     """Serve the engine over HTTP, OpenAI-compatible, with vLLM-named /metrics.
@@ -101,7 +100,7 @@ def serve(host: str, port: int, api_key: str | None, served_model_name: str | No
     """
     from batchtop.tui.cli.serve import ServeOptions, run_serve
     run_serve(opts, ServeOptions(host, port, api_key, served_model_name, max_waiting, shutdown_grace, headless,
-                                 f"batchtop-{theme}"))
+                                 theme))
 
 
 @main.command(context_settings=CONTEXT)
@@ -110,14 +109,14 @@ def serve(host: str, port: int, api_key: str | None, served_model_name: str | No
 @click.option("-o", "--output", type=str, default=None, metavar="FILE", help="--headless: metrics JSON file (default stdout).")
 @click.option("--speed", type=Finite(0.25, 16), default=1.0, show_default=True,
               help="Playback speed (< and > change it live).")
-@click.option("--theme", type=click.Choice(["dark", "light", "colourblind"]), default="dark", show_default=True)
+@theme_option
 def replay(trace: str, headless: bool, output: str | None, speed: float, theme: str) -> None:
     """Replay a recorded session (from --record) in the dashboard, or recompute its metrics.
 
     Keys: space pause, < / > slower / faster (0.25x..16x), n next step, g / G start / end.
     """
     from batchtop.tui.cli.replay import run_replay
-    run_replay(trace, headless=headless, output=output, speed=speed, theme=f"batchtop-{theme}")
+    run_replay(trace, headless=headless, output=output, speed=speed, theme=theme)
 
 
 @main.command(context_settings=CONTEXT)
@@ -193,7 +192,7 @@ def export_checkpoint(out_dir: str, model: str, seed: int, dtype: str) -> None:
               help="The served model's dims: estimates the roofline point when the server has no FLOP counters.")
 @click.option("--dtype", type=click.Choice(["bfloat16", "float16", "float32"]), default="bfloat16", show_default=True,
               help="The served weights' dtype, for the estimate and the roofs.")
-@click.option("--theme", type=click.Choice(["dark", "light", "colourblind"]), default="dark", show_default=True)
+@theme_option
 def attach(urls: tuple[str, ...], theme: str, **opts) -> None:
     """Watch live vLLM, SGLang or batchtop servers through their /metrics.
 
@@ -201,4 +200,4 @@ def attach(urls: tuple[str, ...], theme: str, **opts) -> None:
     one row each with their aggregate and the replica that is out of line. Keys: p screenshot, t theme, q quit.
     """
     from batchtop.tui.cli.attach import AttachOptions, run_attach
-    run_attach(urls, AttachOptions(**opts, theme=f"batchtop-{theme}"))
+    run_attach(urls, AttachOptions(**opts, theme=theme))

@@ -12,7 +12,7 @@ from dataclasses import dataclass, replace
 
 import click
 
-from batchtop.core_engine.config import MAX_NUM_SEQS_LIMIT, MAX_SEED, MODES, PRESETS, EngineConfig
+from batchtop.core_engine.config import MAX_NUM_SEQS_LIMIT, MAX_SEED, MODES, PRESETS, EngineConfig, max_num_seqs_problem
 from batchtop.core_engine.perf.device_peaks import DevicePeaks
 from batchtop.core_engine.engine.engine import Engine
 from batchtop.core_engine.errors import BadInput, ConfigError
@@ -31,6 +31,8 @@ from batchtop.core_engine.simulate.calibration import DEFAULT, load_calibration
 from batchtop.core_engine.simulate.device import simulated_device
 from batchtop.core_engine.simulate.simulation import Simulation
 from batchtop.core_engine.output_files import check_outputs
+from batchtop.tui.cli.flags import user_message
+from batchtop.themes import THEME_NAMES, theme_id
 
 EXIT_ENGINE_FAILURE = 1
 EXIT_BAD_INPUT = 2
@@ -120,6 +122,12 @@ SESSION_OPTIONS = [
 ]
 
 
+theme_option = click.option(
+    "--theme", type=click.Choice(THEME_NAMES), default="dark", show_default=True,
+    callback=lambda ctx, param, value: theme_id(value),
+    help="Dashboard colours (dark, light, colour-blind safe); `t` cycles them live.")
+
+
 def engine_options(func: Callable) -> Callable:
     for option in reversed(_OPTIONS):
         func = option(func)
@@ -204,10 +212,10 @@ def build_setup(opts: dict, output: str | None = None, **overrides) -> Setup:
         requests = [replace(r, sampling=replace(r.sampling, ignore_eos=True)) for r in requests]
     script = load_script(opts["script_path"], DEMOS_DIR) if opts.get("script_path") else None
     for number, action in enumerate(script or (), 1):
-        if action.max_num_seqs is not None and action.max_num_seqs > config.max_num_batched_tokens:
-            raise ConfigError("--script", f"{opts['script_path']}: action {number}: max_num_seqs "
-                                          f"{action.max_num_seqs} is above max_num_batched_tokens "
-                                          f"{config.max_num_batched_tokens}")
+        problem = None if action.max_num_seqs is None else max_num_seqs_problem(action.max_num_seqs,
+                                                                                config.max_num_batched_tokens)
+        if problem is not None:
+            raise ConfigError("--script", f"{opts['script_path']}: action {number}: max_num_seqs {problem}")
     record = opts.get("record")
     record_text = bool(opts.get("record_text"))
     if record_text and record is None:
@@ -242,7 +250,7 @@ def bad_input_exits() -> Iterator[None]:
     try:
         yield
     except BadInput as exc:
-        fail(str(exc), EXIT_BAD_INPUT)
+        fail(user_message(exc), EXIT_BAD_INPUT)
 
 
 def exits_on_bad_input(func: Callable) -> Callable:
