@@ -120,7 +120,7 @@ def resolve_config(*, model: str = "auto", device: str = "auto", dtype: str = "a
     if simulate is None:
         dev, memory = resolve_device(device), None
     elif device != "auto":
-        raise ConfigError("device", f"cannot be combined with simulate (the simulated {simulate.name} is the device)")
+        raise ConfigError("device", f"cannot be combined with --simulate (the simulated {simulate.name} is the device)")
     else:
         dev, memory = simulate.kind, simulate.memory
     defaults = device_defaults(dev, memory)

@@ -162,7 +162,7 @@ def test_a_bad_calibration_file_is_refused_naming_the_file_and_the_constant(tmp_
     path = write(tmp_path, content)
     with pytest.raises(ConfigError) as err:
         load_calibration(path)
-    assert str(err.value).startswith(f"--calibration: {path}: ") and needle in str(err.value)
+    assert str(err.value).startswith(f"calibration: {path}: ") and needle in str(err.value)
 
 
 def test_a_missing_calibration_file_is_refused(tmp_path):
