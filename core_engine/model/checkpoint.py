@@ -3,11 +3,15 @@
 The model is allocated once, empty, on the target device in the target dtype; each tensor is then
 read on its own (safe_open) and copied into its place (a fused projection's row slice included), so
 peak memory stays near one copy of the weights. Everything the files' headers can tell (names, shapes)
-and whether the weights fit is checked before a byte of weights is read.
+and whether the weights fit is checked before a byte of weights is read, and that check costs what the
+files hold, never what config.json claims: its layer count is held against the layers the files have
+before anything is built, and one layer built on the meta device stands for all of them.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import re
 from pathlib import Path
 
 import torch
@@ -22,6 +26,8 @@ from batchtop.core_engine.model.llama import LlamaForCausalLM, empty_model, hf_p
 INDEX_FILE = "model.safetensors.index.json"
 SINGLE_FILE = "model.safetensors"
 GIB = 1 << 30
+MIN_PARAM_BYTES = 0.5  # no safetensors dtype is smaller than 4 bits
+LAYER_TENSOR = re.compile(r"model\.layers\.(\d+)\.(.+)")
 
 
 def header_shapes(file: Path) -> dict[str, tuple[int, ...]]:
@@ -63,15 +69,57 @@ def _ignorable(name: str, config: ModelConfig) -> bool:
     return name.endswith("rotary_emb.inv_freq") or (config.tie_word_embeddings and name == "lm_head.weight")
 
 
+def layer_shapes(config: ModelConfig) -> tuple[dict[str, tuple[int, ...]], dict[str, tuple[int, ...]]]:
+    """(the tensors outside the decoder layers, one layer's tensors by their name inside the layer),
+    from a one-layer model: every layer of a config has the same tensors."""
+    outer: dict[str, tuple[int, ...]] = {}
+    layer: dict[str, tuple[int, ...]] = {}
+    for name, shape in expected_shapes(dataclasses.replace(config, num_hidden_layers=1)).items():
+        found = LAYER_TENSOR.fullmatch(name)
+        if found:
+            layer[found.group(2)] = shape
+        else:
+            outer[name] = shape
+    return outer, layer
+
+
+def _check_claims(config: ModelConfig, files: dict[str, Path]) -> None:
+    """config.json's sizes against what the files hold, before anything is built from them: its
+    num_hidden_layers against the files' layers, its parameter count against their bytes."""
+    layers: dict[int, str] = {}
+    for name in files:
+        found = LAYER_TENSOR.fullmatch(name)
+        if found:
+            layers.setdefault(int(found.group(1)), name)
+    n = config.num_hidden_layers
+    config_json = Path(config.checkpoint) / "config.json"
+    beyond = sorted(i for i in layers if i >= n)
+    if beyond:
+        raise BadInput(f"{files[layers[beyond[0]]]}: unexpected tensor {layers[beyond[0]]}: {config_json} has "
+                       f"num_hidden_layers {n}")
+    if len(layers) < n:
+        gap = next(i for i in range(len(layers) + 1) if i not in layers)
+        raise BadInput(f"{config_json}: num_hidden_layers is {n}, but the checkpoint has tensors for {len(layers)} "
+                       f"layers (none for model.layers.{gap})")
+    size = sum(file.stat().st_size for file in set(files.values()))
+    if config.num_params() * MIN_PARAM_BYTES > size:
+        raise BadInput(f"{config_json}: describes {config.num_params():,} parameters, more than the {size:,} bytes "
+                       f"of its safetensors files hold (see hidden_size, intermediate_size, vocab_size, head_dim)")
+
+
 def check_checkpoint(config: ModelConfig) -> dict[str, Path]:
     """Every tensor the config needs is in the files with its shape, and nothing unknown is; reads
     only headers. Returns tensor name -> file."""
     model_dir = Path(config.checkpoint)
     files = tensor_files(model_dir)
+    _check_claims(config, files)
     shapes: dict[str, tuple[int, ...]] = {}
     for file in sorted(set(files.values())):
         shapes.update(header_shapes(file))
-    needed = expected_shapes(config)
+    outer, layer = layer_shapes(config)
+    needed = dict(outer)
+    for i in range(config.num_hidden_layers):  # as many as the files hold (_check_claims)
+        needed.update((f"model.layers.{i}.{rest}", shape) for rest, shape in layer.items())
     for name, shape in needed.items():
         if name not in files:
             raise BadInput(f"--model {model_dir}: tensor {name} is missing (the config needs shape {list(shape)})")

@@ -1,12 +1,14 @@
 """A Hugging Face model directory's config.json (and generation_config.json) <-> ModelConfig.
 
 Reads the four architectures the model implements; anything else is refused by name, as is any
-option the model would silently get wrong (another activation, another RoPE type).
+option the model would silently get wrong (another activation, another RoPE type) and any number that
+would run wrong (a RoPE theta <= 0, a negative norm epsilon, NaN or Infinity anywhere in the file).
 """
 
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 from batchtop.core_engine.config import ModelConfig, RopeScaling
@@ -18,15 +20,38 @@ MODEL_TYPES = {"llama": "LlamaForCausalLM", "mistral": "MistralForCausalLM", "qw
 
 
 def read_json(path: Path) -> dict:
+    """A JSON object with only finite numbers (a NaN would reach the metrics); BadInput names the file
+    and, for a number, its key."""
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError) as exc:
         raise BadInput(f"{path}: cannot read ({exc})") from None
     except json.JSONDecodeError as exc:
         raise BadInput(f"{path}: not JSON ({exc.msg}, line {exc.lineno})") from None
+    except RecursionError:
+        raise BadInput(f"{path}: not JSON that can be read (nested too deeply)") from None
+    except ValueError as exc:  # an integer of more digits than Python converts
+        raise BadInput(f"{path}: not JSON that can be read ({exc})") from None
     if not isinstance(data, dict):
         raise BadInput(f"{path}: expected a JSON object")
+    bad = _non_finite(data)
+    if bad is not None:
+        raise BadInput(f"{path}: {bad[0]!r} must be a finite number, got {bad[1]!r}")
     return data
+
+
+def _non_finite(data: dict) -> tuple[str, float] | None:
+    """The first key (a.b[2] for a nested one) whose value is NaN or +-Infinity, and the value."""
+    stack: list[tuple[str, object]] = [("", data)]
+    while stack:
+        where, value = stack.pop()
+        if isinstance(value, float) and not math.isfinite(value):
+            return where, value
+        if isinstance(value, dict):
+            stack.extend((f"{where}.{k}" if where else str(k), v) for k, v in reversed(value.items()))
+        elif isinstance(value, list):
+            stack.extend((f"{where}[{i}]", v) for i, v in reversed(list(enumerate(value))))
+    return None
 
 
 class _Fields:
@@ -43,11 +68,21 @@ class _Fields:
             raise BadInput(f"{self.path}: {key!r} must be an integer, got {value!r}")
         return value
 
-    def float(self, key: str, default: float, data: dict | None = None) -> float:
+    def float(self, key: str, default: float, data: dict | None = None, *, above: float | None = None,
+              at_least: float | None = None) -> float:
         value = (self.data if data is None else data).get(key, default)
         if not isinstance(value, (int, float)) or isinstance(value, bool):
             raise BadInput(f"{self.path}: {key!r} must be a number, got {value!r}")
-        return float(value)
+        try:
+            number = float(value)
+        except OverflowError:  # an integer past a float
+            raise BadInput(f"{self.path}: {key!r} must be a finite number, got an integer of {len(str(value))} "
+                           f"digits") from None
+        if above is not None and not number > above:
+            raise BadInput(f"{self.path}: {key!r} must be > {above:g}, got {value!r}")
+        if at_least is not None and not number >= at_least:
+            raise BadInput(f"{self.path}: {key!r} must be >= {at_least:g}, got {value!r}")
+        return number
 
     def bool(self, key: str, default: bool) -> bool:
         value = self.data.get(key, default)
@@ -73,16 +108,16 @@ def rope_of(f: _Fields) -> tuple[float, RopeScaling | None]:
     rope = f.data.get("rope_parameters") or f.data.get("rope_scaling") or {}
     if not isinstance(rope, dict):
         raise BadInput(f"{f.path}: 'rope_scaling' must be an object or null, got {rope!r}")
-    theta = f.float("rope_theta", f.float("rope_theta", 10000.0), data=rope)
+    theta = f.float("rope_theta", f.float("rope_theta", 10000.0, above=0), data=rope, above=0)
     kind = rope.get("rope_type", rope.get("type", "default"))
     if kind == "default":
         return theta, None
     if kind != "llama3":
         raise BadInput(f"{f.path}: RoPE type {kind!r} is not supported (supported: default, llama3)")
     try:
-        scaling = RopeScaling(f.float("factor", None, rope), f.float("low_freq_factor", None, rope),
-                              f.float("high_freq_factor", None, rope),
-                              int(f.float("original_max_position_embeddings", None, rope)))
+        scaling = RopeScaling(f.float("factor", None, rope, above=0), f.float("low_freq_factor", None, rope, above=0),
+                              f.float("high_freq_factor", None, rope, above=0),
+                              int(f.float("original_max_position_embeddings", None, rope, at_least=1)))
     except BadInput as exc:
         raise BadInput(f"{exc} (in its llama3 rope scaling)") from None
     if scaling.high_freq_factor <= scaling.low_freq_factor:
@@ -133,7 +168,7 @@ def read_model_config(model_dir: str | Path) -> ModelConfig:
             intermediate_size=f.int("intermediate_size"), num_hidden_layers=f.int("num_hidden_layers"),
             num_attention_heads=heads, num_key_value_heads=f.int("num_key_value_heads", heads),
             max_position_embeddings=max_len, rope_theta=theta,
-            rms_norm_eps=f.float("rms_norm_eps", 1e-6), head_dim=f.int("head_dim", 0),
+            rms_norm_eps=f.float("rms_norm_eps", 1e-6, at_least=0), head_dim=f.int("head_dim", 0),
             attention_bias=qkv_bias, o_proj_bias=o_bias,
             mlp_bias=arch == "LlamaForCausalLM" and f.bool("mlp_bias", False),
             qk_norm=arch == "Qwen3ForCausalLM", rope_scaling=scaling,

@@ -10,9 +10,11 @@ The API other parts rely on (the workload reader, the dashboard, the server):
                                                # stream.flush() at the end -> what is still held
     prompt = tok.apply_chat_template(messages) # when tokenizer_config.json has a chat template
     tok.eos_token_ids                          # generation_config.json's EOS ids (else config.json's)
+    tok.max_text_bytes(n)                      # the most bytes of text n tokens can hold (None: unknown)
 
-It is also the server's TextCodec (core_engine/serving/text.py): encode_chat(messages) and
-decoder().feed(token_ids).
+It is also the server's TextCodec (core_engine/serving/text.py): chat_template, template_variables(),
+max_text_bytes(n) and decoder().feed(token_ids). The server renders the template in a process of its
+own (model/template_process.py); apply_chat_template renders it here, under the same sandbox.
 """
 
 from __future__ import annotations
@@ -21,29 +23,19 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import tokenizers
-from jinja2 import Template, TemplateError
-from jinja2.sandbox import ImmutableSandboxedEnvironment
+from jinja2 import Template, TemplateSyntaxError
 from tokenizers.decoders import DecodeStream
 
 from batchtop.core_engine.errors import BadInput
+from batchtop.core_engine.model.chat_template import TemplateBroken, TemplateRefused, compile_template, render
 from batchtop.core_engine.model.hf_config import eos_token_ids, read_json
+from batchtop.core_engine.model.text_bound import bytes_per_token
 
 TOKENIZER_FILE = "tokenizer.json"
 TOKENIZER_CONFIG = "tokenizer_config.json"
 CHAT_TEMPLATE_FILE = "chat_template.jinja"  # where newer checkpoints keep the template
 STREAM_CONTEXT = 8  # prompt tokens the stream decodes after, so the first output token's spacing is right
-
-
-def _raise_exception(message: str) -> None:
-    """Templates call raise_exception(...) to refuse a conversation they cannot render."""
-    raise TemplateError(message)
-
-
-def compile_template(source: str) -> Template:
-    """Sandboxed, as chat templates come with downloaded checkpoints."""
-    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
-    env.globals["raise_exception"] = _raise_exception
-    return env.from_string(source)
+MAX_PROMPT_BYTES = 16 << 20  # what apply_chat_template may render
 
 
 def _token_text(value: object) -> str | None:
@@ -82,13 +74,15 @@ class TextStream:
 class Tokenizer:
     def __init__(self, tokenizer: tokenizers.Tokenizer, *, eos_token_ids: tuple[int, ...] = (),
                  chat_template: str | None = None, bos_token: str | None = None,
-                 eos_token: str | None = None) -> None:
+                 eos_token: str | None = None, chat_template_origin: str = TOKENIZER_CONFIG) -> None:
         self.tokenizer = tokenizer
         self.eos_token_ids = eos_token_ids
         self.chat_template = chat_template
+        self.chat_template_origin = chat_template_origin  # the file it came from, for errors
         self.bos_token = bos_token
         self.eos_token = eos_token
         self._template: Template | None = None  # compiled on first use
+        self._bytes_per_token: float | None | bool = False  # found on first use
 
     @classmethod
     def from_dir(cls, model_dir: str | Path) -> Tokenizer | None:
@@ -106,7 +100,9 @@ class Tokenizer:
         if isinstance(template, list):  # [{"name": "default", "template": ...}, ...]
             named = {t.get("name"): t.get("template") for t in template if isinstance(t, dict)}
             template = named.get("default")
+        origin = str(config_path)
         if (d / CHAT_TEMPLATE_FILE).is_file():
+            origin = str(d / CHAT_TEMPLATE_FILE)
             try:
                 template = (d / CHAT_TEMPLATE_FILE).read_text(encoding="utf-8")
             except (OSError, UnicodeDecodeError) as exc:
@@ -117,7 +113,7 @@ class Tokenizer:
         if not eos and eos_text is not None and tok.token_to_id(eos_text) is not None:
             eos = (tok.token_to_id(eos_text),)
         return cls(tok, eos_token_ids=eos, chat_template=template if isinstance(template, str) else None,
-                   bos_token=_token_text(config.get("bos_token")), eos_token=eos_text)
+                   bos_token=_token_text(config.get("bos_token")), eos_token=eos_text, chat_template_origin=origin)
 
     @property
     def vocab_size(self) -> int:
@@ -135,6 +131,17 @@ class Tokenizer:
     def decoder(self) -> TextStream:
         return self.stream()
 
+    def max_text_bytes(self, tokens: int) -> int | None:
+        """A text longer than this many UTF-8 bytes tokenizes to more than `tokens` tokens (None: no
+        such bound for this tokenizer; see text_bound)."""
+        if self._bytes_per_token is False:
+            self._bytes_per_token = bytes_per_token(self.tokenizer)
+        return None if self._bytes_per_token is None else int(tokens * self._bytes_per_token)
+
+    def template_variables(self) -> dict[str, str]:
+        """What a chat template reads besides the messages and add_generation_prompt."""
+        return {"bos_token": self.bos_token or "", "eos_token": self.eos_token or ""}
+
     def encode_chat(self, messages: list[dict]) -> list[int]:
         """The chat template's prompt, tokenized (its special tokens are in the text already)."""
         return self.encode(self.apply_chat_template(messages), add_special_tokens=False)
@@ -147,7 +154,10 @@ class Tokenizer:
         try:
             if self._template is None:
                 self._template = compile_template(self.chat_template)
-            return self._template.render(messages=messages, add_generation_prompt=add_generation_prompt,
-                                         bos_token=self.bos_token or "", eos_token=self.eos_token or "")
-        except TemplateError as exc:
-            raise BadInput(f"chat template: {exc}") from None
+            return render(self._template, {**self.template_variables(), "messages": messages,
+                                           "add_generation_prompt": add_generation_prompt}, MAX_PROMPT_BYTES)
+        except TemplateSyntaxError as exc:
+            raise BadInput(f"{self.chat_template_origin}: the chat template does not parse: line {exc.lineno}: "
+                           f"{exc.message}") from None
+        except (TemplateRefused, TemplateBroken) as exc:
+            raise BadInput(str(exc)) from None

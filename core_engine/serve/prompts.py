@@ -2,7 +2,7 @@
 
 Everything the engine would reject is refused here with 400 and the engine never sees it: a prompt
 plus max_tokens over max_model_len or over the KV pool (the message gives both numbers), a token id
-outside the vocabulary, text without a tokenizer.
+outside the vocabulary, text without a tokenizer. Text becomes tokens off the event loop (prompt_text).
 """
 
 from __future__ import annotations
@@ -13,6 +13,8 @@ from batchtop.core_engine.config import EngineConfig
 from batchtop.core_engine.sched.request import Request, SamplingParams
 from batchtop.core_engine.engine.validation import validate_request
 from batchtop.core_engine.errors import InvalidRequest, UnservableRequest
+from batchtop.core_engine.model.template_process import TemplateProcess
+from batchtop.core_engine.serve.prompt_text import PromptText
 from batchtop.core_engine.serve.protocol import APIError, ChatBody, CompletionBody, SamplingBody
 from batchtop.core_engine.serve.text import TOKENIZER_NEEDED, TextCodec
 
@@ -24,6 +26,7 @@ class ServedModel:
     codec: TextCodec | None = None
     # sampling a request leaves unset takes these (the model's generation_config.json, as vLLM does)
     defaults: dict[str, float] = field(default_factory=dict)
+    chat: TemplateProcess | None = None  # the codec's chat template, in its own process (start_chat)
 
     def check_name(self, requested: str | None) -> None:
         if requested is not None and requested != self.name:
@@ -36,22 +39,19 @@ class ServedModel:
         return max(1, min(c.max_model_len, kv_tokens) - prompt_len)
 
 
-def completion_prompt(body: CompletionBody, model: ServedModel) -> tuple[int, ...]:
+async def completion_prompt(body: CompletionBody, model: ServedModel, text: PromptText | None) -> tuple[int, ...]:
     if isinstance(body.prompt, str):
-        if model.codec is None:
+        if text is None:
             raise APIError(400, f"a text prompt {TOKENIZER_NEEDED}", "prompt")
-        return tuple(model.codec.encode(body.prompt))
-    return body.prompt
+        return await text.tokens(body.prompt, "prompt")
+    return body.token_ids(model.config.max_model_len)
 
 
-def chat_prompt(body: ChatBody, model: ServedModel) -> tuple[int, ...]:
-    if model.codec is None:
+async def chat_prompt(body: ChatBody, text: PromptText | None) -> tuple[int, ...]:
+    if text is None:
         raise APIError(400, f"/v1/chat/completions applies the model's chat template, so it {TOKENIZER_NEEDED} "
                             "with a chat template", "messages")
-    try:
-        return tuple(model.codec.encode_chat([{"role": m.role, "content": m.content} for m in body.messages]))
-    except ValueError as exc:
-        raise APIError(400, f"messages: {exc}", "messages") from None
+    return await text.chat(body.messages)
 
 
 def engine_request(request_id: str, prompt: tuple[int, ...], body: SamplingBody, max_tokens: int | None,

@@ -11,7 +11,8 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 ERROR_TYPES = {400: "BadRequestError", 401: "AuthenticationError", 404: "NotFoundError",
-               413: "RequestEntityTooLargeError", 500: "InternalServerError", 503: "ServiceUnavailableError"}
+               405: "MethodNotAllowedError", 408: "RequestTimeoutError", 413: "RequestEntityTooLargeError",
+               500: "InternalServerError", 503: "ServiceUnavailableError"}
 
 
 class APIError(Exception):
@@ -31,6 +32,24 @@ class APIError(Exception):
 
 
 SEED_RANGE = (-(1 << 63), (1 << 64) - 1)  # what torch.Generator.manual_seed accepts
+ONE_PROMPT = "must be a string or one list of token ids (integers); send one request per prompt"
+
+
+def first_surrogate(text: str) -> int | None:
+    """Where a lone surrogate (JSON's "\\ud800" alone: not a character) sits in the text, if one does."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        return exc.start
+    return None
+
+
+def unicode_text(text: str) -> str:
+    """The text, or ValueError for a lone surrogate, which no tokenizer can take."""
+    bad = first_surrogate(text)
+    if bad is not None:
+        raise ValueError(f"must be Unicode text: a lone surrogate (U+{ord(text[bad]):04X}) at character {bad}")
+    return text
 
 
 # field -> its neutral value(s): anything else asks for something the engine does not do
@@ -72,9 +91,9 @@ class SamplingBody(BaseModel):
     @classmethod
     def _stop_strings(cls, value: Any) -> tuple[str, ...]:
         if value is None or isinstance(value, str):
-            return (value,) if value else ()
+            return (unicode_text(value),) if value else ()
         if isinstance(value, list) and all(isinstance(s, str) for s in value):
-            return tuple(s for s in value if s)
+            return tuple(unicode_text(s) for s in value if s)
         raise ValueError("must be a string or a list of strings")
 
     def check_supported(self) -> None:
@@ -101,10 +120,18 @@ class CompletionBody(SamplingBody):
     @classmethod
     def _one_prompt(cls, value: Any) -> str | tuple[int, ...]:
         if isinstance(value, str):
-            return value
-        if isinstance(value, list) and all(isinstance(t, int) and not isinstance(t, bool) for t in value):
+            return unicode_text(value)
+        if isinstance(value, list):  # its items are checked once its length is known to fit (token_ids)
             return tuple(value)
-        raise ValueError("must be a string or one list of token ids (integers); send one request per prompt")
+        raise ValueError(ONE_PROMPT)
+
+    def token_ids(self, longest: int) -> tuple[int, ...]:
+        """The prompt's ids; each is checked to be an integer only when there are at most `longest`, as
+        a longer prompt is refused by its length alone (a 4 MiB body's two million ids are never scanned)."""
+        ids = self.prompt
+        if len(ids) <= longest and not all(isinstance(t, int) and not isinstance(t, bool) for t in ids):
+            raise APIError(400, f"prompt: {ONE_PROMPT}", "prompt")
+        return ids
 
 
 class ChatMessage(BaseModel):
@@ -112,15 +139,20 @@ class ChatMessage(BaseModel):
     role: str
     content: Any = None
 
+    @field_validator("role")
+    @classmethod
+    def _role(cls, value: str) -> str:
+        return unicode_text(value)
+
     @field_validator("content", mode="before")
     @classmethod
     def _text(cls, value: Any) -> str:
         """A string, or OpenAI's list of content parts when every part is text."""
         if value is None or isinstance(value, str):
-            return value or ""
+            return unicode_text(value or "")
         if isinstance(value, list) and all(isinstance(p, dict) and p.get("type") == "text"
                                            and isinstance(p.get("text"), str) for p in value):
-            return "".join(p["text"] for p in value)
+            return unicode_text("".join(p["text"] for p in value))
         raise ValueError("must be a string or a list of text parts ({\"type\": \"text\", \"text\": ...})")
 
 
@@ -135,11 +167,9 @@ class ChatBody(SamplingBody):
 
 
 def validation_error(errors: list[dict]) -> APIError:
-    """FastAPI's validation errors as one 400 naming the first bad field (prompt[3], temperature, ...)."""
+    """pydantic's validation errors as one 400 naming the first bad field (prompt[3], temperature, ...)."""
     first = errors[0]
-    loc = [p for p in first.get("loc", ()) if p != "body"]
-    if first.get("type") == "json_invalid":
-        return APIError(400, f"the body is not valid JSON: {first.get('ctx', {}).get('error', first['msg'])}")
+    loc = list(first.get("loc", ()))
     if not loc:
         return APIError(400, f"the body must be a JSON object: {first['msg']}")
     param = str(loc[0]) + "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in loc[1:])

@@ -3,6 +3,10 @@
 Shutdown, whatever asks for it (SIGINT, SIGTERM, the dashboard quitting, the engine dying): stop
 listening, refuse new requests with 503, give in-flight ones `grace_s` to finish, end the rest with an
 error, then let uvicorn close the connections.
+
+Idle connections: uvicorn closes one KEEP_ALIVE_S after its last answer; a connection that has opened
+(or sent the first bytes of its next request) and not finished its request's headers within
+head_timeout_s is closed here. A body that does not arrive in time is the app's 408 (limits.py).
 """
 
 from __future__ import annotations
@@ -19,6 +23,9 @@ import uvicorn
 
 from batchtop.core_engine.errors import ConfigError
 from batchtop.core_engine.serve.hub import RequestHub
+
+KEEP_ALIVE_S = 5  # uvicorn's default, said out loud
+HEAD_TIMEOUT_S = 10.0
 
 
 def bind_socket(host: str, port: int) -> socket.socket:
@@ -43,13 +50,39 @@ def bind_socket(host: str, port: int) -> socket.socket:
 class _Uvicorn(uvicorn.Server):
     """uvicorn with our shutdown: signals start the drain instead of closing at once."""
 
-    def __init__(self, config: uvicorn.Config, owner: Server) -> None:
+    def __init__(self, config: uvicorn.Config, owner: Server, head_timeout_s: float) -> None:
         super().__init__(config)
         self.owner = owner
+        self.head_timeout_s = head_timeout_s
 
     async def serve(self, sockets=None) -> None:
         self.owner.bind_loop(asyncio.get_running_loop())
-        await super().serve(sockets)
+        watch = asyncio.get_running_loop().create_task(self._close_slow_heads())
+        try:
+            await super().serve(sockets)
+        finally:
+            watch.cancel()
+
+    async def _close_slow_heads(self) -> None:
+        """A connection that waits for its request's head (not uvicorn's keep-alive wait, which has its
+        own timer) for longer than head_timeout_s is closed: a client that opens and says nothing, or
+        sends its headers a byte at a time, holds a socket only that long."""
+        waiting_since: dict[object, float] = {}
+        loop = asyncio.get_running_loop()
+        while True:
+            await asyncio.sleep(min(1.0, self.head_timeout_s / 4))
+            now = loop.time()
+            connections = set(self.server_state.connections)
+            for connection in list(waiting_since):
+                if connection not in connections or not _awaits_head(connection):
+                    del waiting_since[connection]
+            for connection in connections:
+                if not _awaits_head(connection):
+                    continue
+                since = waiting_since.setdefault(connection, now)
+                if now - since >= self.head_timeout_s:
+                    connection.transport.close()
+                    del waiting_since[connection]
 
     @contextlib.contextmanager
     def capture_signals(self):
@@ -64,9 +97,17 @@ class _Uvicorn(uvicorn.Server):
                 signal.signal(sig, handler)
 
 
+def _awaits_head(connection) -> bool:
+    """Between requests (or before the first) with no keep-alive timer running: reading a request head."""
+    cycle = getattr(connection, "cycle", None)
+    transport = getattr(connection, "transport", None)
+    return ((cycle is None or cycle.response_complete) and transport is not None and not transport.is_closing()
+            and getattr(connection, "timeout_keep_alive_task", None) is None)
+
+
 class Server:
     def __init__(self, app, hub: RequestHub, sock: socket.socket, *, grace_s: float = 5.0,
-                 quiet: bool = False) -> None:
+                 quiet: bool = False, head_timeout_s: float = HEAD_TIMEOUT_S) -> None:
         self.hub = hub
         self.sock = sock
         self.grace_s = grace_s
@@ -74,13 +115,14 @@ class Server:
         self.url = f"http://{f'[{host}]' if ':' in host else host}:{port}"
         quiet_logs = {"log_config": None} if quiet else {}
         config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="on",
-                                timeout_graceful_shutdown=grace_s + 5, **quiet_logs)
+                                timeout_keep_alive=KEEP_ALIVE_S, timeout_graceful_shutdown=grace_s + 5,
+                                **quiet_logs)
         if quiet:  # under the dashboard nothing may write to the terminal
             silent = logging.getLogger("uvicorn")
             silent.propagate = False
             if not silent.handlers:
                 silent.addHandler(logging.NullHandler())
-        self._uvicorn = _Uvicorn(config, self)
+        self._uvicorn = _Uvicorn(config, self, head_timeout_s)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._shutting_down = False
         self._drain_task: asyncio.Task | None = None

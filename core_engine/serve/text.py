@@ -21,12 +21,17 @@ class IncrementalDecoder(Protocol):
 
 class TextCodec(Protocol):
     eos_token_ids: tuple[int, ...]
+    chat_template: str | None  # Jinja source; None: no chat
+    chat_template_origin: str  # the file it came from
 
-    def encode(self, text: str) -> list[int]: ...
+    def encode(self, text: str, add_special_tokens: bool = True) -> list[int]:
+        """add_special_tokens=False for a chat template's prompt, which has its BOS in the text already."""
 
-    def encode_chat(self, messages: list[dict[str, str]]) -> list[int]:
-        """The model's chat template applied to the messages, with the assistant turn opened;
-        raises ValueError when the tokenizer has no chat template."""
+    def template_variables(self) -> dict[str, str]:
+        """What the template reads besides messages and add_generation_prompt (bos_token, ...)."""
+
+    def max_text_bytes(self, tokens: int) -> int | None:
+        """A text over this many UTF-8 bytes is more than `tokens` tokens; None when unknown."""
 
     def decoder(self) -> IncrementalDecoder: ...
 

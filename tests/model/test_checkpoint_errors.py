@@ -132,3 +132,59 @@ def test_sharegpt_without_a_tokenizer(tmp_path):
     dataset.write_text(json.dumps([{"conversations": [{"from": "human", "value": "hi"},
                                                       {"from": "gpt", "value": "hello"}]}]))
     assert_exit_2(headless("tiny", "--workload", str(dataset)), f"{dataset}: a ShareGPT dataset is text")
+
+
+def test_a_config_that_claims_a_million_layers_is_refused_by_the_files_before_anything_is_built(model_dir):
+    edit_config(model_dir, num_hidden_layers=1_000_000)
+    assert_exit_2(headless(model_dir), f"{model_dir / 'config.json'}: num_hidden_layers is 1000000, but the "
+                                       "checkpoint has tensors for 2 layers (none for model.layers.2)")
+
+
+def test_a_config_with_fewer_layers_than_the_files_names_the_first_extra_tensor(model_dir):
+    edit_config(model_dir, num_hidden_layers=1)
+    assert_exit_2(headless(model_dir), "unexpected tensor model.layers.1.", "has num_hidden_layers 1")
+
+
+def test_a_config_that_claims_more_parameters_than_the_files_hold_is_refused_first(model_dir):
+    edit_config(model_dir, hidden_size=1 << 40, head_dim=1 << 36, intermediate_size=1 << 40)
+    assert_exit_2(headless(model_dir), "config.json: describes", "parameters, more than the",
+                  "bytes of its safetensors files hold")
+
+
+@pytest.mark.parametrize("changes, message", [
+    ({"rope_parameters": {"rope_type": "default", "rope_theta": 0}}, "'rope_theta' must be > 0, got 0"),
+    ({"rope_parameters": None, "rope_theta": -10000.0}, "'rope_theta' must be > 0, got -10000.0"),
+    ({"rope_parameters": None, "rope_theta": float("nan")}, "'rope_theta' must be a finite number, got nan"),
+    ({"rms_norm_eps": -1e-6}, "'rms_norm_eps' must be >= 0, got -1e-06"),
+    ({"rms_norm_eps": float("inf")}, "'rms_norm_eps' must be a finite number, got inf"),
+    ({"initializer_range": float("-inf")}, "'initializer_range' must be a finite number, got -inf"),
+    ({"rope_parameters": {"rope_type": "llama3", "factor": float("nan")}}, "'rope_parameters.factor' must be a finite"),
+    ({"rope_parameters": {"rope_type": "llama3", "factor": 0, "low_freq_factor": 1, "high_freq_factor": 4,
+                          "original_max_position_embeddings": 32}}, "'factor' must be > 0, got 0"),
+    ({"rope_parameters": {"rope_type": "llama3", "factor": 8, "low_freq_factor": 1, "high_freq_factor": 4,
+                          "original_max_position_embeddings": 0}}, "'original_max_position_embeddings' must be >= 1"),
+    ({"architectures": ["Qwen3ForCausalLM"], "extra": [1, {"deep": float("nan")}]}, "'extra[1].deep' must be a finite"),
+])
+def test_a_number_that_would_run_wrong_is_exit_2_naming_its_key(model_dir, changes, message):
+    edit_config(model_dir, **changes)  # json.dumps writes NaN and Infinity, which Python's json reads back
+    result = headless(model_dir)
+    assert_exit_2(result, f"{model_dir / 'config.json'}: ", message)
+    assert "Traceback" not in result.output
+
+
+@pytest.mark.parametrize("text, message", [
+    ('{"a": ' * 100_000 + "1" + "}" * 100_000, "not JSON that can be read (nested too deeply)"),
+    ('{"vocab_size": 1' + "0" * 5000 + "}", "not JSON that can be read (Exceeds the limit (4300 digits)"),
+])
+def test_a_config_json_python_cannot_read_is_exit_2_naming_the_file(model_dir, text, message):
+    (model_dir / "config.json").write_text(text)
+    result = headless(model_dir)
+    assert_exit_2(result, f"{model_dir / 'config.json'}: {message}")
+    assert "Traceback" not in result.output
+
+
+def test_a_rope_theta_past_a_float_is_exit_2(model_dir):
+    edit_config(model_dir, rope_parameters=None)
+    path = model_dir / "config.json"
+    path.write_text(path.read_text()[:-1] + ', "rope_theta": 1' + "0" * 400 + "}")
+    assert_exit_2(headless(model_dir), "'rope_theta' must be a finite number, got an integer of 401 digits")

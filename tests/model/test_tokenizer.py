@@ -60,6 +60,17 @@ def test_chat_template_renders_what_transformers_renders(chat_dir):
     assert ours.apply_chat_template(messages).startswith("<s>[SYS]You are terse.[/SYS]\n[USER] What is")
 
 
+def test_break_and_continue_render_as_transformers_renders_them(chat_dir):
+    config_path = chat_dir / "tokenizer_config.json"
+    template = ("{% for m in messages %}{% if m['role'] == 'system' %}{% continue %}{% endif %}"
+                "{{ m['content'] }};{% if m['content'] == 'stop' %}{% break %}{% endif %}{% endfor %}")
+    config_path.write_text(json.dumps({**json.loads(config_path.read_text()), "chat_template": template}))
+    messages = [{"role": "system", "content": "s"}, {"role": "user", "content": "a"},
+                {"role": "assistant", "content": "stop"}, {"role": "user", "content": "b"}]
+    want = transformers.AutoTokenizer.from_pretrained(chat_dir).apply_chat_template(messages, tokenize=False)
+    assert Tokenizer.from_dir(chat_dir).apply_chat_template(messages) == want == "a;stop;"
+
+
 def test_a_template_that_refuses_a_conversation_says_why(chat_dir):
     with pytest.raises(BadInput, match="chat template: unknown role tool"):
         Tokenizer.from_dir(chat_dir).apply_chat_template([{"role": "tool", "content": "{}"}])

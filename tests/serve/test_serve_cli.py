@@ -13,6 +13,7 @@ import threading
 import time
 
 import httpx
+import pytest
 from click.testing import CliRunner
 
 from batchtop.core_engine.worker.model_runner import ModelRunner
@@ -107,3 +108,53 @@ def test_a_taken_port_or_an_unknown_host_is_exit_2_naming_the_option():
     assert result.exit_code == 2 and f"--port: cannot listen on 127.0.0.1:{port}" in result.stderr
     result = CliRunner().invoke(main, ["serve", "--headless", *TINY, "--host", "no-such-host.invalid"])
     assert result.exit_code == 2 and "--host: cannot resolve 'no-such-host.invalid'" in result.stderr
+
+
+@pytest.mark.parametrize("args, env, message", [
+    (["--api-key", ""], {}, "the API key is empty; give a key clients send as `Authorization: Bearer KEY`"),
+    (["--api-key", "  "], {}, "the API key is not printable ASCII without spaces"),
+    ([], {"BATCHTOP_API_KEY": ""}, "Invalid value for '--api-key' (env var: 'BATCHTOP_API_KEY'): the API key is empty"),
+    (["--shutdown-grace", "nan"], {}, "Invalid value for '--shutdown-grace': 'nan' is not a finite number"),
+    (["--shutdown-grace", "inf"], {}, "Invalid value for '--shutdown-grace': 'inf' is not a finite number"),
+    (["--shutdown-grace", "-1"], {}, "Invalid value for '--shutdown-grace': -1 must be >= 0"),
+])
+def test_a_key_that_would_turn_auth_off_or_a_grace_that_is_not_a_number_is_exit_2(args, env, message):
+    result = CliRunner().invoke(main, ["serve", "--headless", *TINY, "--port", "0", *args], env=env)
+    assert result.exit_code == 2, result.output
+    assert message in result.stderr
+
+
+@pytest.fixture
+def hanging_template_model(tmp_path):
+    model = tmp_path / "tiny-hf"
+    assert CliRunner().invoke(main, ["export-checkpoint", str(model), "--model", "tiny"]).exit_code == 0
+    config = model / "tokenizer_config.json"
+    loops = "{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}"
+    config.write_text(json.dumps({**json.loads(config.read_text()), "chat_template": loops}))
+    return model
+
+
+def test_a_chat_template_that_never_ends_leaves_health_answering_and_sigterm_working(hanging_template_model):
+    proc, url = start_server("--model", str(hanging_template_model), "--shutdown-grace", "1")
+    answers: list[httpx.Response] = []
+    chat = threading.Thread(target=lambda: answers.append(httpx.post(
+        url + "/v1/chat/completions", json={"messages": [{"role": "user", "content": "hi"}]}, timeout=30)))
+    chat.start()
+    time.sleep(0.3)  # the render has begun
+    assert httpx.get(url + "/health", timeout=5).status_code == 200
+    rendering = chat.is_alive()
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=30)
+    chat.join(30)
+    assert proc.returncode == 143, err
+    assert rendering and answers and answers[0].status_code in (500, 503)
+    assert answers[0].json()["error"]["code"] == answers[0].status_code
+
+
+def test_a_chat_template_that_does_not_parse_is_exit_2_naming_its_file(tmp_path):
+    model = tmp_path / "tiny-hf"
+    assert CliRunner().invoke(main, ["export-checkpoint", str(model), "--model", "tiny"]).exit_code == 0
+    (model / "chat_template.jinja").write_text("{% for m in messages %}{{ m.content }")
+    result = CliRunner().invoke(main, ["serve", "--headless", "--model", str(model), "--device", "cpu", "--port", "0"])
+    assert result.exit_code == 2, result.output
+    assert f"{model / 'chat_template.jinja'}: the chat template does not parse: line 1: " in result.stderr

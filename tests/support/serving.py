@@ -15,10 +15,12 @@ from prometheus_client.parser import text_string_to_metric_families
 from batchtop.core_engine.config import EngineConfig
 from batchtop.core_engine.engine.engine import Engine
 from batchtop.core_engine.sched.request import Request
+from batchtop.core_engine.model.template_process import TemplateProcess
 from batchtop.core_engine.serve.app import create_app
 from batchtop.core_engine.serve.engine_thread import EngineThread
 from batchtop.core_engine.serve.exporter import VllmMetrics
 from batchtop.core_engine.serve.hub import RequestHub
+from batchtop.core_engine.serve.prompt_text import start_chat
 from batchtop.core_engine.serve.prompts import ServedModel
 from batchtop.core_engine.serve.server import Server, bind_socket
 from batchtop.core_engine.serve.text import TextCodec
@@ -34,6 +36,7 @@ class Running:
     loop: EngineThread
     metrics: VllmMetrics
     stopped: threading.Event  # set once the HTTP server has shut down
+    chat: TemplateProcess | None = None  # the chat template's process
 
     def get(self, path: str, **kwargs) -> httpx.Response:
         return httpx.get(self.url + path, timeout=10, **kwargs)
@@ -48,19 +51,33 @@ class Running:
                 for s in family.samples}
 
 
+BYTE_TEMPLATE = ("{% for m in messages %}{% if m.role not in ['system', 'user', 'assistant'] %}"
+                 "{{ raise_exception('roles must be system, user or assistant') }}{% endif %}"
+                 "<{{ m.role }}>{{ m.content }}{% endfor %}{% if add_generation_prompt %}<assistant>{% endif %}")
+
+
 class ByteCodec:
-    """A stand-in tokenizer until real ones land: one token per UTF-8 byte (ids 0-255 of the tiny preset's
-    512), a toy chat template, EOS 256. It drives the server's text path: prompts, chat, stop strings."""
+    """A tokenizer for the random presets: one token per UTF-8 byte (ids 0-255 of the tiny preset's 512),
+    a toy chat template, EOS 256. It drives the server's text path: prompts, chat, stop strings."""
 
     eos_token_ids = (256,)
+    chat_template_origin = "tests/serving.py"
 
-    def encode(self, text: str) -> list[int]:
+    def __init__(self, chat_template: str | None = BYTE_TEMPLATE) -> None:
+        self.chat_template = chat_template
+
+    def encode(self, text: str, add_special_tokens: bool = True) -> list[int]:
         return list(text.encode())
 
     def encode_chat(self, messages: list[dict[str, str]]) -> list[int]:
-        if any(m["role"] not in ("system", "user", "assistant") for m in messages):
-            raise ValueError("roles must be system, user or assistant")
+        """What the server's render of the template tokenizes to."""
         return self.encode("".join(f"<{m['role']}>{m['content']}" for m in messages) + "<assistant>")
+
+    def template_variables(self) -> dict[str, str]:
+        return {}
+
+    def max_text_bytes(self, tokens: int) -> int:
+        return tokens
 
     def decoder(self) -> _ByteDecoder:
         return _ByteDecoder()
@@ -86,27 +103,34 @@ def _key(name: str, labels: dict[str, str]) -> str:
 def serving(config: EngineConfig | None = None, *, engine: Engine | None = None, codec: TextCodec | None = None,
             api_key: str | None = None, max_waiting: int | None = None, grace_s: float = 5.0,
             max_body_bytes: int | None = None, stop_on_engine_failure: bool = True,
-            workload: list[Request] | None = None) -> Iterator[Running]:
+            workload: list[Request] | None = None, body_timeout_s: float | None = None,
+            head_timeout_s: float | None = None, chat_seconds: float = 2.0) -> Iterator[Running]:
     engine = engine or Engine(config or tiny_config(max_num_seqs=16, num_kv_blocks=1024))
     session = Session(engine, workload or [])
-    model = ServedModel("tiny", engine.config, codec)
+    chat = start_chat(codec, chat_seconds)
+    model = ServedModel("tiny", engine.config, codec, chat=chat)
     metrics = VllmMetrics(engine.config, model.name)
     loop = EngineThread(session)
     hub = RequestHub(engine, wake=loop.wake, max_waiting=max_waiting)
     session.listeners += [metrics, hub]
     limits = {} if max_body_bytes is None else {"max_body_bytes": max_body_bytes}
+    if body_timeout_s is not None:
+        limits["body_timeout_s"] = body_timeout_s
     app = create_app(model, hub, metrics, api_key=api_key, **limits)
-    server = Server(app, hub, bind_socket("127.0.0.1", 0), grace_s=grace_s, quiet=True)
+    heads = {} if head_timeout_s is None else {"head_timeout_s": head_timeout_s}
+    server = Server(app, hub, bind_socket("127.0.0.1", 0), grace_s=grace_s, quiet=True, **heads)
     if stop_on_engine_failure:  # as the headless command does
         loop.on_exit = server.shutdown
     loop.start()
     server.start_in_thread()
     try:
-        yield Running(server.url, engine, hub, loop, metrics, server.stopped)
+        yield Running(server.url, engine, hub, loop, metrics, server.stopped, chat)
     finally:
         server.shutdown()
         server.join()
         loop.stop()
+        if chat is not None:
+            chat.close()
 
 
 def wait_idle(server: Running, timeout_s: float = 20.0) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import signal
 import sys
 import threading
@@ -74,19 +75,37 @@ def compare(output: str, **opts) -> None:
     run_compare(opts, output)
 
 
+API_KEY_ENV = "BATCHTOP_API_KEY"
+
+
+def _api_key(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    """click reads an empty BATCHTOP_API_KEY as unset, which would serve without auth: refuse it too."""
+    from batchtop.core_engine.errors import ConfigError
+    from batchtop.core_engine.serve.limits import check_api_key
+    source = ctx.get_parameter_source(param.name)
+    where = API_KEY_ENV if source is click.core.ParameterSource.ENVIRONMENT else "--api-key"
+    if value is None and os.environ.get(API_KEY_ENV) is not None:
+        value, where = os.environ[API_KEY_ENV], API_KEY_ENV
+    try:
+        return check_api_key(value, where)
+    except ConfigError as exc:
+        raise click.BadParameter(str(exc).removeprefix(f"{where}: "), ctx, param) from None
+
+
 @main.command(context_settings=CONTEXT)
 @engine_options
 @session_options
 @click.option("--host", default="127.0.0.1", show_default=True,
               help="Address to listen on; anything but loopback exposes the engine to the network.")
 @click.option("--port", type=click.IntRange(0, 65535), default=8000, show_default=True, help="0 picks a free port.")
-@click.option("--api-key", default=None, envvar="BATCHTOP_API_KEY", show_envvar=True,
-              help="Require `Authorization: Bearer KEY` on every /v1 route (/health and /metrics stay open).")
+@click.option("--api-key", default=None, envvar=API_KEY_ENV, show_envvar=True, callback=_api_key,
+              help="Require `Authorization: Bearer KEY` on every route but /health and /metrics (printable "
+                   "ASCII, no spaces; an empty key is refused).")
 @click.option("--served-model-name", default=None, metavar="NAME",
               help="The model name clients send and /v1/models lists. [default: the model preset's name]")
 @click.option("--max-waiting", type=click.IntRange(min=1), default=None,
               help="Answer 503 + Retry-After while this many requests wait. [default: unbounded]")
-@click.option("--shutdown-grace", type=click.FloatRange(0, 600), default=5.0, show_default=True,
+@click.option("--shutdown-grace", type=Finite(0, 600), default=5.0, show_default=True,
               help="Seconds in-flight requests get to finish on Ctrl-C / SIGTERM before they are ended.")
 @click.option("--headless", is_flag=True, help="No dashboard: serve, and log a one-line summary every 5 s.")
 @theme_option

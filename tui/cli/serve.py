@@ -15,6 +15,7 @@ from batchtop.core_engine.serve.app import create_app
 from batchtop.core_engine.serve.engine_thread import EngineThread
 from batchtop.core_engine.serve.exporter import VllmMetrics
 from batchtop.core_engine.serve.hub import RequestHub
+from batchtop.core_engine.serve.prompt_text import start_chat
 from batchtop.core_engine.serve.prompts import ServedModel
 from batchtop.core_engine.serve.server import Server, bind_socket
 from batchtop.core_engine.serve.status_log import StatusLog
@@ -56,15 +57,23 @@ def run_serve(opts: dict, serve: ServeOptions) -> None:
             setup = dataclasses.replace(setup, requests=[],
                                         spec=dataclasses.replace(setup.spec, path="none", auto_pace=False))
         sock = bind_socket(serve.host, serve.port)  # before the model loads: a taken port fails at once
-    engine, peaks = call_in_thread(lambda: (build_engine(setup), load_peaks(setup)))
-    session = setup.open_session(engine, peaks, show_text=not serve.headless)  # the dashboard shows text
-    model = ServedModel(served_name(opts["model"], serve.served_model_name, setup.config.model.name),
-                        setup.config, setup.tokenizer, sampling_defaults(setup.config.model.checkpoint))
-    metrics = VllmMetrics(setup.config, model.name)
-    session.listeners.append(metrics)
-    if serve.headless:
-        sys.exit(_headless(session, model, metrics, sock, serve))
-    sys.exit(_dashboard(session, model, metrics, sock, serve, peaks, setup))
+        chat = start_chat(setup.tokenizer)  # a chat template that does not parse fails now, by its file
+    try:
+        engine, peaks = call_in_thread(lambda: (build_engine(setup), load_peaks(setup)))
+        session = setup.open_session(engine, peaks, show_text=not serve.headless)  # the dashboard shows text
+        model = ServedModel(served_name(opts["model"], serve.served_model_name, setup.config.model.name),
+                            setup.config, setup.tokenizer, defaults=sampling_defaults(setup.config.model.checkpoint),
+                            chat=chat)
+        metrics = VllmMetrics(setup.config, model.name)
+        session.listeners.append(metrics)
+        if serve.headless:
+            code = _headless(session, model, metrics, sock, serve)
+        else:
+            code = _dashboard(session, model, metrics, sock, serve, peaks, setup)
+    finally:
+        if chat is not None:
+            chat.close()
+    sys.exit(code)
 
 
 def _headless(session: Session, model: ServedModel, metrics: VllmMetrics, sock: socket.socket,
