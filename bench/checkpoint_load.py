@@ -41,7 +41,7 @@ def child(loader: str, checkpoint: str, dtype: str) -> None:
     import torch
     torch_dtype = getattr(torch, dtype)
     if loader == "batchtop":
-        from batchtop.core_engine.model.checkpoint import load_model
+        from batchtop.core_engine.model.weights import load_model
         from batchtop.core_engine.model.hf_config import read_model_config
 
         def load():

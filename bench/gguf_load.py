@@ -36,7 +36,7 @@ def child(loader: str, file: str, dtype: str) -> None:
     import torch
     torch_dtype = getattr(torch, dtype)
     if loader == "batchtop":
-        from batchtop.core_engine.model.checkpoint import load_model
+        from batchtop.core_engine.model.weights import load_model
         from batchtop.core_engine.model.sources import read_gguf_config
 
         def load():

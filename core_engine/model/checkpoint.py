@@ -21,7 +21,7 @@ from batchtop.core_engine.config import ModelConfig
 from batchtop.core_engine.device import DTYPES
 from batchtop.core_engine.errors import BadInput, ConfigError
 from batchtop.core_engine.model.hf_config import read_json
-from batchtop.core_engine.model.llama import LlamaForCausalLM, empty_model, hf_parameters
+from batchtop.core_engine.model.llama import LlamaForCausalLM, empty_model, hf_parameter_shapes, hf_parameters
 
 INDEX_FILE = "model.safetensors.index.json"
 SINGLE_FILE = "model.safetensors"
@@ -57,13 +57,6 @@ def tensor_files(model_dir: Path) -> dict[str, Path]:
     raise BadInput(f"--model {model_dir}: no {SINGLE_FILE} or {INDEX_FILE} (only safetensors weights load)")
 
 
-def expected_shapes(config: ModelConfig) -> dict[str, tuple[int, ...]]:
-    """What the config needs, under Hugging Face's names (built on the meta device: no memory)."""
-    with torch.device("meta"):
-        model = LlamaForCausalLM(config)
-    return {name: tuple(t.shape) for name, t in hf_parameters(model).items()}
-
-
 def _ignorable(name: str, config: ModelConfig) -> bool:
     """Tensors some checkpoints carry that the model does not need: old RoPE caches, a tied lm_head copy."""
     return name.endswith("rotary_emb.inv_freq") or (config.tie_word_embeddings and name == "lm_head.weight")
@@ -74,7 +67,7 @@ def layer_shapes(config: ModelConfig) -> tuple[dict[str, tuple[int, ...]], dict[
     from a one-layer model: every layer of a config has the same tensors."""
     outer: dict[str, tuple[int, ...]] = {}
     layer: dict[str, tuple[int, ...]] = {}
-    for name, shape in expected_shapes(dataclasses.replace(config, num_hidden_layers=1)).items():
+    for name, shape in hf_parameter_shapes(dataclasses.replace(config, num_hidden_layers=1)).items():
         found = LAYER_TENSOR.fullmatch(name)
         if found:
             layer[found.group(2)] = shape
@@ -158,11 +151,8 @@ def check_fits(config: ModelConfig, dtype: str, device: str, option: str = "mode
                                   f"has {have / GIB:.2f} GiB available")
 
 
-def load_model(config: ModelConfig, device: str, dtype: torch.dtype) -> LlamaForCausalLM:
-    """The checkpoint's weights in a model allocated once on `device` in `dtype`."""
-    if Path(config.checkpoint).is_file():  # a GGUF file (model/gguf_weights.py), not a directory
-        from batchtop.core_engine.model.gguf_weights import load_gguf_model
-        return load_gguf_model(config, device, dtype)
+def load_safetensors_model(config: ModelConfig, device: str, dtype: torch.dtype) -> LlamaForCausalLM:
+    """The directory's weights in a model allocated once on `device` in `dtype`."""
     files = check_checkpoint(config)
     model = empty_model(config, device, dtype)
     targets = hf_parameters(model)

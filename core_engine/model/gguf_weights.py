@@ -15,9 +15,8 @@ import torch
 
 from batchtop.core_engine.config import ModelConfig
 from batchtop.core_engine.errors import BadInput
-from batchtop.core_engine.model.checkpoint import expected_shapes
 from batchtop.core_engine.model.gguf_file import GGUFHeader, TensorInfo, read_header
-from batchtop.core_engine.model.llama import LlamaForCausalLM, empty_model, hf_parameters
+from batchtop.core_engine.model.llama import LlamaForCausalLM, empty_model, hf_parameter_shapes, hf_parameters
 
 # What gguf.quants dequantizes and batchtop accepts: the float types, the legacy block quants, the K-quants.
 SUPPORTED_TYPES = ("F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1",
@@ -53,7 +52,7 @@ def check_tensors(config: ModelConfig, header: GGUFHeader | None = None) -> dict
             raise BadInput(f"{h.path}: unexpected tensor {info.name} (not part of a {h.architecture} model "
                            "batchtop runs)")
         by_hf[name] = info
-    needed = expected_shapes(config)
+    needed = hf_parameter_shapes(config)
     for name, shape in needed.items():
         info = by_hf.get(name)
         if info is None:

@@ -293,6 +293,13 @@ def init_weights(model: LlamaForCausalLM, seed: int, std: float = 0.02) -> None:
                 param.copy_(torch.randn(param.shape, generator=gen, device=device) * std)
 
 
+def hf_parameter_shapes(config: ModelConfig) -> dict[str, tuple[int, ...]]:
+    """What the config needs, under Hugging Face's names (built on the meta device: no memory)."""
+    with torch.device("meta"):
+        model = LlamaForCausalLM(config)
+    return {name: tuple(t.shape) for name, t in hf_parameters(model).items()}
+
+
 def hf_parameters(model: LlamaForCausalLM) -> dict[str, torch.Tensor]:
     """Every parameter under its Hugging Face name; a fused projection's parts are row views of it,
     so writing into a view writes the model's weight. A tied lm_head appears once, as the embedding."""

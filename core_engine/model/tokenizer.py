@@ -12,7 +12,7 @@ The API other parts rely on (the workload reader, the dashboard, the server):
     tok.eos_token_ids                          # generation_config.json's EOS ids (else config.json's)
     tok.max_text_bytes(n)                      # the most bytes of text n tokens can hold (None: unknown)
 
-It is also the server's TextCodec (core_engine/serving/text.py): chat_template, template_variables(),
+It is also the server's TextCodec (core_engine/serve/text.py): chat_template, template_variables(),
 max_text_bytes(n) and decoder().feed(token_ids). The server renders the template in a process of its
 own (model/template_process.py); apply_chat_template renders it here, under the same sandbox.
 """
