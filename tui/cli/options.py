@@ -178,9 +178,10 @@ class Setup:
         return replace(self, spec=spec, requests=paced(self.requests, p.time_scale))
 
 
-def build_setup(opts: dict, output: str | None = None, **overrides) -> Setup:
+def build_setup(opts: dict, output: str | None = None, *, clients_only: bool = False, **overrides) -> Setup:
     """Validate everything before the (slow) model build, so bad input fails at once; `output` is the
-    command's -o, checked with --record against each other and against the files read."""
+    command's -o, checked with --record against each other and against the files read. clients_only:
+    a server with no --workload, whose every request comes from its clients (no default workload)."""
     opts = {**opts, **overrides}
     check_run_outputs(opts, output)
     device = simulated_device(opts["simulate"]) if opts.get("simulate") is not None else None
@@ -207,7 +208,11 @@ def build_setup(opts: dict, output: str | None = None, **overrides) -> Setup:
         output_scale=opts["output_scale"], time_scale=opts["time_scale"], rate=opts["rate"],
         prompt_mean=opts["prompt_mean"], output_mean=opts["output_mean"],
         chat=tokenizer is not None and tokenizer.chat_template is not None and device is None)
-    requests = load_workload(spec, config.model.vocab_size, tokenizer, config=config)
+    if clients_only:
+        spec = replace(spec, path="none", auto_pace=False)
+        requests = []
+    else:
+        requests = load_workload(spec, config.model.vocab_size, tokenizer, config=config)
     if opts["ignore_eos"]:
         requests = [replace(r, sampling=replace(r.sampling, ignore_eos=True)) for r in requests]
     script = load_script(opts["script_path"], DEMOS_DIR) if opts.get("script_path") else None

@@ -49,13 +49,10 @@ def served_name(model_option: str, served_model_name: str | None, resolved: str)
 
 def run_serve(opts: dict, serve: ServeOptions) -> None:
     with bad_input_exits():
-        setup = build_setup(opts)
+        setup = build_setup(opts, clients_only=opts["workload_path"] is None)  # requests come from clients
         if setup.simulation is not None:
             raise ConfigError("--simulate", "a server answers real clients in real time; simulate with the "
                                             "dashboard, --headless or compare")
-        if opts["workload_path"] is None:  # a server's requests come from its clients
-            setup = dataclasses.replace(setup, requests=[],
-                                        spec=dataclasses.replace(setup.spec, path="none", auto_pace=False))
         sock = bind_socket(serve.host, serve.port)  # before the model loads: a taken port fails at once
         chat = start_chat(setup.tokenizer)  # a chat template that does not parse fails now, by its file
     try:
