@@ -94,5 +94,11 @@ class Panel(Widget):
     def request_style(self, index: int, **kwargs) -> Style:
         return self.style(f"req-{index % NUM_REQUEST_COLOURS}", **kwargs)
 
+    def add_cells(self, out: Runs, cells: list[tuple[str, str]]) -> None:
+        """A line of (glyph, colour) cells; a colour ending in "!" is bold, other points are dimmed."""
+        for glyph, colour in cells:
+            bold = colour.endswith("!")
+            out.add(glyph, self.style(colour.rstrip("!"), bold=bold, dim=not bold and colour.startswith("point")))
+
     def placeholder(self, message: str) -> Text:
         return Text(message, style=self.style("muted"))

@@ -12,7 +12,7 @@ from batchtop.core_engine.perf.telemetry import TelemetrySample
 from batchtop.core_engine.simulate.simulation import Simulation
 from batchtop.tui.sources.frame import DashboardFrame
 from batchtop.tui.widgets.common.panel import Panel
-from batchtop.tui.widgets.engine.roofline import si
+from batchtop.tui.widgets.common.units import si
 
 GIB = 1 << 30
 

@@ -1,13 +1,8 @@
-"""The Roofline panel: where each step sits, log-log, against this device's memory and compute roofs.
-
-x is arithmetic intensity (FLOP per byte moved), y achieved FLOP/s. Left of the ridge a step is
-memory-bound: it reads the weights once whatever the batch, so one more sequence is nearly free and
-raising max_num_seqs moves the decode point right along the sloped roof.
-"""
+"""The Roofline panel: where each step sits against this device's roofs, and the verdict for the newest
+step's decode rows: is one more sequence nearly free? Raising max_num_seqs moves the decode point
+right along the sloped roof."""
 
 from __future__ import annotations
-
-import math
 
 from rich.text import Text
 
@@ -16,13 +11,7 @@ from batchtop.core_engine.perf.roofline import bound, kernel_bounds, marginal_se
 from batchtop.core_engine.simulate.calibration import Calibration
 from batchtop.tui.sources.frame import DashboardFrame
 from batchtop.tui.widgets.common.panel import Panel, Runs
-
-
-def si(value: float, unit: str) -> str:
-    for factor, prefix in ((1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):
-        if abs(value) >= factor:
-            return f"{value / factor:.3g} {prefix}{unit}"
-    return f"{value:.3g} {unit}"
+from batchtop.tui.widgets.common.roofline_plot import PlotPoint, roofline_plot
 
 
 class RooflinePanel(Panel):
@@ -69,50 +58,10 @@ class RooflinePanel(Panel):
         if frame is None:
             return self.placeholder("no step yet")
         width, height = max(10, self.content_size.width), max(4, self.content_size.height)
-        plot_h = height - 2  # last two lines: x labels and the verdict
-        ridge = peaks.ridge_flop_per_byte
-        seen = [p.intensity for p in frame.trail if p.intensity > 0]
-        x_lo = 10 ** min([math.floor(math.log10(ridge)) - 1, *(math.floor(math.log10(x)) for x in seen)])
-        x_hi = 10 ** max([math.ceil(math.log10(ridge)) + 1, *(math.ceil(math.log10(x)) for x in seen)])
-        y_hi = peaks.peak_flops * 1.5
-        y_lo = peaks.peak_bytes_per_s * x_lo / 1.5
-        lx0, lxs = math.log10(x_lo), math.log10(x_hi) - math.log10(x_lo)
-        ly0, lys = math.log10(y_lo), math.log10(y_hi) - math.log10(y_lo)
-
-        def col(x: float) -> int:
-            return round((math.log10(max(x, x_lo)) - lx0) / lxs * (width - 1))
-
-        def row(y: float) -> int:
-            return plot_h - 1 - round((math.log10(max(y, y_lo)) - ly0) / lys * (plot_h - 1))
-
-        grid: list[list[tuple[str, str]]] = [[(" ", "muted")] * width for _ in range(plot_h)]
-        for c in range(width):
-            x = 10 ** (lx0 + c / (width - 1) * lxs)
-            r = row(peaks.roof(x))
-            if 0 <= r < plot_h:
-                grid[r][c] = ("─" if x >= ridge else "·", "roof")
-        rc = col(ridge)
-        for r in range(row(peaks.peak_flops) + 1, plot_h):
-            if grid[r][rc][0] == " ":
-                grid[r][rc] = ("┊", "roof")
-        label = f"{si(peaks.peak_flops, 'FLOP/s')} · {si(peaks.peak_bytes_per_s, 'B/s')}"
-        if all(glyph == " " for glyph, _ in grid[0][:len(label) + 1]):
-            grid[0][:len(label)] = [(ch, "muted") for ch in label]
-        trail = frame.trail
-        for i, p in enumerate(trail):
-            r, c = row(p.flops_per_s), col(p.intensity)
-            if 0 <= r < plot_h and 0 <= c < width:
-                last = i == len(trail) - 1
-                glyph = ("●" if p.decode else "▲") if last else "•"
-                grid[r][c] = (glyph, ("point-decode" if p.decode else "point-prefill") + ("!" if last else ""))
+        points = [PlotPoint(p.intensity, p.flops_per_s, p.decode) for p in frame.trail]
         out = Runs()
-        for line in grid:
-            for glyph, colour in line:
-                bold = colour.endswith("!")
-                out.add(glyph, self.style(colour.rstrip("!"), bold=bold, dim=not bold and colour.startswith("point")))
+        for line in roofline_plot(peaks, points, width, height - 1):  # the last line: the verdict
+            self.add_cells(out, line)
             out.newline()
-        axis = f"{si(x_lo, 'FLOP/B')}".ljust(width // 2) + f"{si(x_hi, 'FLOP/B')}".rjust(width - width // 2)
-        out.add(axis[:width], self.style("muted"))
-        out.newline()
         out.add(self.verdict(frame)[:width], self.style("foreground", bold=True))
         return out.text()

@@ -1,0 +1,76 @@
+"""The log-log roofline plot both Roofline panels draw: the device's memory and compute roofs, the
+ridge, and a trail of points (the newest one bold), in theme colour names the panel turns into styles.
+
+x is arithmetic intensity (FLOP per byte moved), y achieved FLOP/s. Left of the ridge a step is
+memory-bound: it reads the weights once whatever the batch, so one more sequence is nearly free.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from batchtop.core_engine.perf.device_peaks import DevicePeaks
+from batchtop.tui.widgets.common.units import si
+
+Cell = tuple[str, str]  # glyph, theme colour name ("!" at the end: bold)
+
+
+@dataclass(frozen=True, slots=True)
+class PlotPoint:
+    intensity: float  # FLOP / byte
+    flops_per_s: float
+    decode: bool = True  # ● a decode step (or a server's interval), ▲ one that prefills
+
+
+def _decades(values: list[float], around: float) -> tuple[float, float]:
+    lo = min([math.floor(math.log10(around)) - 1, *(math.floor(math.log10(v)) for v in values)])
+    hi = max([math.ceil(math.log10(around)) + 1, *(math.ceil(math.log10(v)) for v in values)])
+    return 10.0 ** lo, 10.0 ** hi
+
+
+def roofline_plot(peaks: DevicePeaks | None, points: list[PlotPoint], width: int, height: int) -> list[list[Cell]]:
+    """`height` rows of `width` cells: the plot, then the x axis's decades. Without roofs, the axes
+    fit the points alone."""
+    plot_h = height - 1
+    xs = [p.intensity for p in points if p.intensity > 0]
+    ys = [p.flops_per_s for p in points if p.flops_per_s > 0]
+    ridge = peaks.ridge_flop_per_byte if peaks is not None else (xs[0] if xs else 1.0)
+    x_lo, x_hi = _decades(xs, ridge)
+    if peaks is not None:
+        y_hi, y_lo = peaks.peak_flops * 1.5, peaks.peak_bytes_per_s * x_lo / 1.5
+    else:
+        y_hi = max([*(y * 10 for y in ys), 1.0])
+        y_lo = min([*(y / 10 for y in ys), y_hi / 10])
+    lx0, lxs = math.log10(x_lo), math.log10(x_hi) - math.log10(x_lo)
+    ly0, lys = math.log10(y_lo), max(1e-9, math.log10(y_hi) - math.log10(y_lo))
+
+    def col(x: float) -> int:
+        return round((math.log10(max(x, x_lo)) - lx0) / lxs * (width - 1))
+
+    def row(y: float) -> int:
+        return plot_h - 1 - round((math.log10(max(y, y_lo)) - ly0) / lys * (plot_h - 1))
+
+    grid: list[list[Cell]] = [[(" ", "muted")] * width for _ in range(plot_h)]
+    if peaks is not None:
+        for c in range(width):
+            x = 10 ** (lx0 + c / (width - 1) * lxs)
+            r = row(peaks.roof(x))
+            if 0 <= r < plot_h:
+                grid[r][c] = ("─" if x >= ridge else "·", "roof")
+        rc = col(ridge)
+        for r in range(row(peaks.peak_flops) + 1, plot_h):
+            if grid[r][rc][0] == " ":
+                grid[r][rc] = ("┊", "roof")
+        label = f"{si(peaks.peak_flops, 'FLOP/s')} · {si(peaks.peak_bytes_per_s, 'B/s')}"
+        if all(glyph == " " for glyph, _ in grid[0][:len(label) + 1]):
+            grid[0][:len(label)] = [(ch, "muted") for ch in label]
+    for i, p in enumerate(points):
+        r, c = row(p.flops_per_s), col(p.intensity)
+        if 0 <= r < plot_h and 0 <= c < width:
+            last = i == len(points) - 1
+            glyph = ("●" if p.decode else "▲") if last else "•"
+            grid[r][c] = (glyph, ("point-decode" if p.decode else "point-prefill") + ("!" if last else ""))
+    axis = f"{si(x_lo, 'FLOP/B')}".ljust(width // 2) + f"{si(x_hi, 'FLOP/B')}".rjust(width - width // 2)
+    grid.append([(ch, "muted") for ch in axis[:width]])
+    return grid
