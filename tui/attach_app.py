@@ -36,7 +36,7 @@ LAYOUT = """
 #attach-kv { width: 2fr; }
 #attach-waiting { width: 2fr; }
 #attach-roofline { width: 3fr; }
-#attach-metrics { height: 2; background: $panel; color: $foreground; text-wrap: nowrap; }
+#attach-metrics { height: 3; background: $panel; color: $foreground; text-wrap: nowrap; }
 """
 
 

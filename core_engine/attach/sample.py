@@ -14,7 +14,8 @@ from batchtop.core_engine.attach.flavours import (BATCHTOP_MAX_NUM_SEQS, BATCHTO
                                                   detect_flavour)
 from batchtop.core_engine.attach.histogram import Histogram
 
-COUNTERS = ("prompt_tokens", "generation_tokens", "preemptions", "flops", "read_bytes", "write_bytes")
+COUNTERS = ("prompt_tokens", "generation_tokens", "preemptions", "flops", "read_bytes", "write_bytes",
+            "prefix_queries", "prefix_hits")
 HISTOGRAMS = ("ttft", "itl", "e2e", "queue_time", "iteration_tokens", "prompt_len", "generation_len")
 
 

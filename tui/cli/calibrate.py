@@ -23,7 +23,7 @@ from batchtop.core_engine.perf.decode_sweep import (StepSample, decode_sweep, sw
                                                         typical_seconds)
 from batchtop.tui.cli.headless import note
 from batchtop.tui.cli.options import bad_input_exits
-from batchtop.tui.cli.output import check_outputs, deliver_json
+from batchtop.core_engine.output_files import check_outputs, deliver_json
 
 
 def parse_lengths(option: str, text: str) -> list[int]:

@@ -5,7 +5,8 @@ from __future__ import annotations
 import sys
 
 from batchtop.core_engine.perf.telemetry import TelemetrySampler
-from batchtop.core_engine.simulate.clock import VirtualClock, WallPace
+from batchtop.core_engine.simulate.clock import VirtualClock
+from batchtop.core_engine.run.pace import WallPace
 from batchtop.core_engine.torch_thread import call_in_thread
 from batchtop.tui.cli.headless import build_engine, load_peaks, pace_workload
 from batchtop.tui.cli.options import bad_input_exits, build_setup, workload_info

@@ -16,7 +16,7 @@ from batchtop.core_engine.run.stop import exit_status
 from batchtop.core_engine.engine.snapshot import StepSnapshot
 from batchtop.tui.cli.options import (EXIT_ENGINE_FAILURE, Setup, bad_input_exits, build_setup,
                          workload_info)
-from batchtop.tui.cli.output import deliver_json
+from batchtop.core_engine.output_files import deliver_json
 from batchtop.tui.cli.progress import StderrProgress
 from batchtop.gpu_kernels import cpu_kernels
 

@@ -28,7 +28,7 @@ from batchtop.core_engine.workload.spec import WorkloadSpec, load_workload
 from batchtop.core_engine.simulate.calibration import DEFAULT, load_calibration
 from batchtop.core_engine.simulate.device import simulated_device
 from batchtop.core_engine.simulate.simulation import Simulation
-from batchtop.tui.cli.output import check_outputs
+from batchtop.core_engine.output_files import check_outputs
 
 EXIT_ENGINE_FAILURE = 1
 EXIT_BAD_INPUT = 2
@@ -83,6 +83,9 @@ _OPTIONS = [
     click.option("--seed", type=SEED, default=0, show_default=True, help="Seeds weights, prompts and sampling."),
     click.option("--enforce-eager", is_flag=True,
                  help="CUDA: run every decode step eagerly (no CUDA graphs captured per batch-size bucket)."),
+    click.option("--enable-prefix-caching/--no-enable-prefix-caching", default=True, show_default=True,
+                 help="Reuse the KV of full blocks a request shares with an earlier one (its system prompt, "
+                      "a preempted request's own), computing only the rest, as vLLM does by default."),
     click.option("--workload", "workload_path", type=str, default=None, metavar="FILE|synthetic",
                  help="JSONL workload, Azure trace CSV or ShareGPT JSON (needs a model directory's tokenizer); "
                       "'synthetic' for generated lognormal lengths. "
@@ -182,6 +185,8 @@ def build_setup(opts: dict, output: str | None = None, **overrides) -> Setup:
         gpu_memory_utilization=opts["gpu_memory_utilization"], seed=opts["seed"], simulate=device)
     if opts.get("enforce_eager"):
         config = config.with_(enforce_eager=True)
+    if not opts.get("enable_prefix_caching", True):
+        config = config.with_(enable_prefix_caching=False)
     simulation = None
     if device is not None:
         calibration = load_calibration(opts["calibration"]) if opts.get("calibration") is not None else DEFAULT

@@ -15,7 +15,7 @@ from batchtop.core_engine.engine import control
 from batchtop.core_engine.engine.engine import Engine
 from batchtop.core_engine.sched.request import Request
 from batchtop.core_engine.run.session import Session
-from batchtop.core_engine.simulate.clock import WallPace
+from batchtop.core_engine.run.pace import WallPace
 from batchtop.tui.sources.frame import DashboardFrame, FrameBuilder
 
 PUBLISH_INTERVAL_S = 0.1  # the UI polls at 10 Hz: a frame more often would be built for nobody
