@@ -55,7 +55,8 @@ class BatchtopPeer:
     def __init__(self, checkpoint: Path, dtype: str, args: argparse.Namespace) -> None:
         config = EngineConfig(model=read_model_config(checkpoint), device="cpu", dtype=dtype,
                               max_num_seqs=args.max_num_seqs, max_num_batched_tokens=args.max_batched_tokens,
-                              block_size=16, num_kv_blocks=args.num_kv_blocks, seed=args.seed)
+                              block_size=16, num_kv_blocks=args.num_kv_blocks, seed=args.seed,
+                              enable_prefix_caching=getattr(args, "prefix_caching", False))  # as the vLLM worker
         self.engine = Engine(config)  # its model is loaded once; every pass runs a fresh engine on it
 
     def generate(self, requests: list[Request]) -> Timed:
@@ -74,9 +75,11 @@ class VllmPeer:
     def __init__(self, python: str, checkpoint: Path, dtype: str, args: argparse.Namespace, log: Path) -> None:
         env = {**os.environ, "OMP_NUM_THREADS": str(args.threads)}
         self._log = log.open("w")
+        caching = ["--enable-prefix-caching"] if getattr(args, "prefix_caching", False) else []
         self.proc = subprocess.Popen(
             [python, str(WORKER), "--model", str(checkpoint), "--max-num-seqs", str(args.max_num_seqs),
-             "--dtype", dtype, "--seed", str(args.seed), "--max-num-batched-tokens", str(args.max_batched_tokens)],
+             "--dtype", dtype, "--seed", str(args.seed), "--max-num-batched-tokens", str(args.max_batched_tokens),
+             *caching],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._log, text=True, env=env)
         self._read()  # {"ready": true} once the model is loaded and warmed up
 
@@ -95,6 +98,7 @@ class VllmPeer:
         self.proc.stdin.flush()
         reply = self._read()
         self.latencies = (reply.get("ttft_s", []), reply.get("tpot_s", []))
+        self.prefix_cache = reply.get("prefix_cache", {})
         return Timed(reply["wall_s"], {r.id: out for r, out in zip(requests, reply["outputs"])})
 
     def close(self) -> None:

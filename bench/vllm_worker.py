@@ -6,7 +6,8 @@ line, each reply on stdout one JSON line (vLLM's own logging goes to stderr):
 
     {"cmd": "generate", "requests": [{"prompt_token_ids": [...], "max_tokens": 16}, ...]}
         -> {"outputs": [[token ids], ...], "wall_s": seconds for the whole generate() call,
-            "ttft_s": [per request, from its arrival], "tpot_s": [per request, first to last token]}
+            "ttft_s": [per request, from its arrival], "tpot_s": [per request, first to last token],
+            "num_cached_tokens": [per request], "prefix_cache": {"queries": n, "hits": n} (cumulative)}
     {"cmd": "quit"}
 
 Greedy, EOS ignored, every request handed to one generate() call (vLLM batches them itself).
@@ -29,6 +30,8 @@ def main() -> None:
     p.add_argument("--dtype", default="bfloat16")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--max-num-batched-tokens", type=int, default=None)
+    p.add_argument("--enable-prefix-caching", action="store_true",
+                   help="off by default: a repeated timing round must not be served from the cache")
     args = p.parse_args()
     os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")  # the engine in this process: no IPC hop
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")  # GiB
@@ -41,7 +44,7 @@ def main() -> None:
     llm = LLM(model=args.model, max_num_seqs=args.max_num_seqs, max_model_len=args.max_model_len,
               dtype=args.dtype, seed=args.seed, skip_tokenizer_init=True,
               max_num_batched_tokens=args.max_num_batched_tokens,
-              enable_prefix_caching=False,  # batchtop has none; a repeated round must not be served from cache
+              enable_prefix_caching=args.enable_prefix_caching,
               disable_log_stats=False)  # keeps per-request timestamps (RequestOutput.metrics)
     reply_to.write(json.dumps({"ready": True}) + "\n")
     reply_to.flush()
@@ -60,7 +63,11 @@ def main() -> None:
         ttft = [m.first_token_latency if m else None for m in stats]
         tpot = [(m.last_token_ts - m.first_token_ts) / (len(o) - 1) if m and len(o) > 1 else None
                 for m, o in zip(stats, outputs)]
-        reply_to.write(json.dumps({"outputs": outputs, "wall_s": wall, "ttft_s": ttft, "tpot_s": tpot}) + "\n")
+        counters = {m.name: getattr(m, "value", None) for m in llm.get_metrics()}
+        prefix = {"queries": counters.get("vllm:prefix_cache_queries"), "hits": counters.get("vllm:prefix_cache_hits")}
+        reply_to.write(json.dumps({"outputs": outputs, "wall_s": wall, "ttft_s": ttft, "tpot_s": tpot,
+                                   "num_cached_tokens": [r.num_cached_tokens for r in results],
+                                   "prefix_cache": prefix}) + "\n")
         reply_to.flush()
 
 

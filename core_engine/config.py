@@ -179,6 +179,7 @@ class EngineConfig:
     num_kv_blocks: int = 256  # usable blocks in the paged pool
     seed: int = 0
     enforce_eager: bool = False  # CUDA: run decode steps eagerly instead of replaying captured CUDA graphs
+    enable_prefix_caching: bool = True  # reuse the KV of full blocks whose tokens (and prefix) match, as vLLM
     extra: dict = field(default_factory=dict, compare=False)  # free-form provenance for metrics
 
     def __post_init__(self) -> None:
@@ -191,6 +192,8 @@ class EngineConfig:
             raise ConfigError("max_num_seqs", problem)
         if not isinstance(self.seed, int) or isinstance(self.seed, bool) or not 0 <= self.seed <= MAX_SEED:
             raise ConfigError("seed", f"must be an integer in 0..2**64-1, got {self.seed!r}")
+        if not isinstance(self.enable_prefix_caching, bool):
+            raise ConfigError("enable_prefix_caching", f"must be true or false, got {self.enable_prefix_caching!r}")
         if self.mode not in MODES:
             raise ConfigError("mode", f"must be one of {', '.join(MODES)}, got {self.mode!r}")
         if self.device not in ("cpu", "cuda"):
@@ -208,11 +211,13 @@ class EngineConfig:
             "mode": self.mode, "max_num_seqs": self.max_num_seqs,
             "max_num_batched_tokens": self.max_num_batched_tokens, "block_size": self.block_size,
             "num_kv_blocks": self.num_kv_blocks, "device": self.device, "dtype": self.dtype,
-            "seed": self.seed, "model": self.model.as_dict(), **self.extra,
+            "seed": self.seed, "enable_prefix_caching": self.enable_prefix_caching, "model": self.model.as_dict(),
+            **self.extra,
         }
 
 
 def config_from_dict(data: dict) -> EngineConfig:
     """Rebuild an EngineConfig from its as_dict() form (a trace header, a metrics file)."""
     engine_fields = {k: v for k, v in data.items() if k in EngineConfig.__dataclass_fields__ and k != "model"}
+    engine_fields.setdefault("enable_prefix_caching", False)  # written before the field: run without one
     return EngineConfig(model=ModelConfig.from_dict(data["model"]), **engine_fields)

@@ -34,6 +34,8 @@ class MetricNames:
     write_bytes: str | None = None
     cache_info: str | None = None  # an info gauge labelled num_gpu_blocks, block_size
     kv_capacity_tokens: str | None = None  # a gauge: the pool's size in tokens
+    prefix_queries: str | None = None  # prefix-cache tokens looked up, and found cached (counters)
+    prefix_hits: str | None = None
 
 
 VLLM_NAMES = MetricNames(
@@ -46,7 +48,8 @@ VLLM_NAMES = MetricNames(
     iteration_tokens="vllm:iteration_tokens_total", prompt_len="vllm:request_prompt_tokens",
     generation_len="vllm:request_generation_tokens", flops="vllm:estimated_flops_per_gpu_total",
     read_bytes="vllm:estimated_read_bytes_per_gpu_total", write_bytes="vllm:estimated_write_bytes_per_gpu_total",
-    cache_info="vllm:cache_config_info")
+    cache_info="vllm:cache_config_info", prefix_queries="vllm:prefix_cache_queries_total",
+    prefix_hits="vllm:prefix_cache_hits_total")
 
 SGLANG_NAMES = MetricNames(
     running="sglang:num_running_reqs", waiting="sglang:num_queue_reqs", kv_usage="sglang:token_usage",

@@ -19,7 +19,8 @@ from batchtop.core_engine.attach.flavours import (BATCHTOP_MAX_NUM_SEQS, BATCHTO
 from batchtop.core_engine.attach.histogram import Histogram
 from batchtop.core_engine.config import MAX_NUM_SEQS_LIMIT
 
-COUNTERS = ("prompt_tokens", "generation_tokens", "preemptions", "flops", "read_bytes", "write_bytes")
+COUNTERS = ("prompt_tokens", "generation_tokens", "preemptions", "flops", "read_bytes", "write_bytes",
+            "prefix_queries", "prefix_hits")
 HISTOGRAMS = ("ttft", "itl", "e2e", "queue_time", "iteration_tokens", "prompt_len", "generation_len")
 KV_SLACK = 1e-6  # float noise above a full pool
 START_TIME = "process_start_time_seconds"  # prometheus_client's process collector: a new value is a restart

@@ -30,7 +30,7 @@ class Engine:
                  clock: Callable[[], float] = time.perf_counter) -> None:
         self.config = config
         self.runner = runner if runner is not None else ModelRunner(config)
-        self.allocator = BlockAllocator(config.num_kv_blocks, config.block_size)
+        self.allocator = BlockAllocator(config.num_kv_blocks, config.block_size, config.enable_prefix_caching)
         self.block_manager = BlockManager(self.allocator)
         self.scheduler = Scheduler(self.block_manager, make_policy(config.mode), config.max_num_seqs,
                                    config.max_num_batched_tokens)
@@ -224,7 +224,9 @@ class Engine:
         self.scheduler.end_step()
         self._count(steps=1, completed=len(finished), preemptions=len(plan.preempted),
                     prompt_tokens=num_prompt, generated_tokens=len(sampled),
-                    computed_tokens=plan.num_tokens, prompt_padding_tokens=plan.num_prompt_padding)
+                    computed_tokens=plan.num_tokens, prompt_padding_tokens=plan.num_prompt_padding,
+                    prefix_queries=plan.prefix_queries, prefix_hits=plan.prefix_hits,
+                    cached_tokens=plan.cached_tokens)
         return finished
 
     def _stop_reason(self, seq: Sequence, token: int) -> FinishReason | None:

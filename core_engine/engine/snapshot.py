@@ -47,6 +47,7 @@ class SlotView:
     num_generated: int = 0
     max_tokens: int = 0
     num_prompt_padding: int = 0  # static batching: pad tokens computed left of this prompt in this step
+    num_cached: int = 0  # tokens it found in the prefix cache at its latest admission (not computed)
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,6 +101,9 @@ class Counters:
     generated_tokens: int = 0
     computed_tokens: int = 0  # every token the model processed: padding and recomputation included
     prompt_padding_tokens: int = 0  # static batching's left padding of prompts (part of computed_tokens)
+    prefix_queries: int = 0  # prefix cache, as vLLM counts it: prompt tokens new requests looked up at admission
+    prefix_hits: int = 0  # ... and found cached (their KV reused, not computed)
+    cached_tokens: int = 0  # every token found cached at an admission, readmitted (preempted) requests included
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,7 +122,7 @@ class StepSnapshot:
     num_padding_tokens: int  # rows of finished static-batch members, still computed
     num_seqs: int  # rows in this step's forward (padding rows included)
     slots: tuple[SlotView, ...]
-    block_owners: tuple[int, ...]  # owning request index per KV block, -1 when free
+    block_owners: tuple[int, ...]  # owning request index per KV block (the oldest holder), -1 when free
     num_free_blocks: int
     waiting: tuple[WaitingView, ...]  # the head of the queue, at most WAITING_VIEW_LIMIT
     num_waiting: int
@@ -137,6 +141,9 @@ class StepSnapshot:
     decode_cost: StepCost = StepCost()
     num_prompt_padding_tokens: int = 0  # static batching: pad tokens left of the batch's shorter prompts
     new_tokens: tuple[tuple[str, int], ...] = ()  # (request id, token) sampled in this step: what a server streams
+    # holders per KV block (2+: shared through the prefix cache), 0 free, -1 (kv_cache.CACHED) free but
+    # holding a cached prefix (evictable); () when the engine runs without a prefix cache (or an old trace)
+    block_refs: tuple[int, ...] = ()
 
     @property
     def num_tokens(self) -> int:

@@ -68,7 +68,7 @@ def build_snapshot(sched: Scheduler, allocator: BlockAllocator, counters: Counte
             continue
         seq, phase, pad = by_slot[i]
         slots.append(SlotView(i, phase, seq.id, seq.index, seq.prompt_len, seq.num_computed_tokens,
-                              seq.num_output_tokens, seq.max_tokens, pad))
+                              seq.num_output_tokens, seq.max_tokens, pad, seq.num_cached_tokens))
     waiting = tuple(WaitingView(s.id, s.index, s.prompt_len, s.max_tokens, s.arrival_s, s.num_preemptions)
                     for _, s in zip(range(WAITING_VIEW_LIMIT), sched.waiting))
     return StepSnapshot(
@@ -84,4 +84,5 @@ def build_snapshot(sched: Scheduler, allocator: BlockAllocator, counters: Counte
         num_pending_arrivals=num_pending_arrivals, finished=tuple(finished),
         admitted=tuple(s.id for s in plan.admitted), preempted=tuple(s.id for s in plan.preempted),
         rejected=events.rejected, arrived=events.arrived, controls=events.controls, counters=counters, cost=cost,
-        decode_cost=decode_cost, new_tokens=new_tokens)
+        decode_cost=decode_cost, new_tokens=new_tokens,
+        block_refs=allocator.block_refs() if allocator.cache is not None else ())

@@ -36,14 +36,17 @@ class StepSample:
                 **{name: getattr(self.cost, name) for name in COST_FIELDS}, "seconds": self.seconds}
 
 
-def sweep_prompt(engine: Engine, context: int) -> tuple[int, ...]:
-    return tuple(1 + i % (engine.config.model.vocab_size - 1) for i in range(context))  # any ids the model has
+def sweep_prompt(engine: Engine, context: int, row: int = 0) -> tuple[int, ...]:
+    """Any ids the model has; each row's first token differs, so no two rows share a prefix-cache block
+    (rows reading one shared copy of their KV would measure a cheaper decode than a real batch's)."""
+    vocab = engine.config.model.vocab_size - 1
+    return (1 + row % vocab,) + tuple(1 + i % vocab for i in range(1, context))
 
 
 def decode_steps(engine: Engine, batch: int, context: int, steps: int) -> list[StepSnapshot]:
     """Snapshots of `steps` pure-decode steps at exactly `batch` rows, after one warm-up step
     (its allocator and cache misses would overstate the cost)."""
-    engine.load_workload([Request(f"b{batch}-{i}", sweep_prompt(engine, context), steps + 4) for i in range(batch)])
+    engine.load_workload([Request(f"b{batch}-{i}", sweep_prompt(engine, context, i), steps + 4) for i in range(batch)])
     snaps = []
     while not engine.is_done():
         snap = engine.step()
@@ -99,7 +102,7 @@ class DecodeProbes:
     def _fresh(self, i: int) -> Engine:
         (batch, context), (config, runner) = self.points[i], self._pools[i]
         probe = Engine(config, runner=runner, clock=self._clock)
-        probe.load_workload([Request(f"p{batch}-{context}-{n}", sweep_prompt(probe, context), self.steps + 3)
+        probe.load_workload([Request(f"p{batch}-{context}-{n}", sweep_prompt(probe, context, n), self.steps + 3)
                              for n in range(batch)])
         while True:  # the prefill, then one decode step at full batch to warm it up
             snap = probe.step()

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections import deque
 
 from batchtop.core_engine.perf.device_peaks import DevicePeaks
-from batchtop.core_engine.engine.snapshot import FinishedRequest, SlotState, StepSnapshot
+from batchtop.core_engine.engine.snapshot import Counters, FinishedRequest, SlotState, StepSnapshot
 
 METRICS_SCHEMA = "batchtop.metrics/1"
 
@@ -123,7 +123,9 @@ class MetricsCollector:
                 "generated": generated,
                 "computed": counters.computed_tokens if counters else 0,
                 "prompt_padding": counters.prompt_padding_tokens if counters else 0,
+                "cached": counters.cached_tokens if counters else 0,
             },
+            "prefix_cache": prefix_cache(counters),
             "steps": self.steps,
             "wall_time_s": wall,
             "throughput_tok_s": generated / wall if wall > 0 else 0.0,
@@ -150,6 +152,14 @@ class MetricsCollector:
             "preemptions": counters.preemptions if counters else 0,
             **({"roofline": self.roofline(peaks)} if peaks is not None else {}),
         }
+
+
+def prefix_cache(counters: Counters | None) -> dict:
+    """vLLM's prefix-cache counters: prompt tokens new requests looked up at admission, the tokens found
+    cached, and their ratio (None before any lookup, or with caching off)."""
+    queries = counters.prefix_queries if counters else 0
+    hits = counters.prefix_hits if counters else 0
+    return {"queries": queries, "hits": hits, "hit_rate": hits / queries if queries else None}
 
 
 class RateWindow:

@@ -62,8 +62,9 @@ def measure_throughput(engine: Engine, requests: list[Request], concurrency: int
     prompt = tuple(ids * (prompt_len // len(ids) + 1))[:prompt_len]
     first_wave = [max(1, round(output_len * (i + 1) / concurrency)) for i in range(concurrency)]
     lengths = first_wave + [output_len] * (2 * concurrency)
-    probe = Engine(engine.config.with_(mode="continuous", max_num_seqs=concurrency), runner=engine.runner,
-                   clock=engine.clock)
+    # one prompt for every probe request: with a prefix cache they would all but skip their prefill
+    probe = Engine(engine.config.with_(mode="continuous", max_num_seqs=concurrency, enable_prefix_caching=False),
+                   runner=engine.runner, clock=engine.clock)
     # the probe's lengths are its own: a real model's EOS must not end a probe request early
     probe.load_workload([Request(f"pace{i}", prompt, n, sampling=SamplingParams(ignore_eos=True))
                          for i, n in enumerate(lengths)])

@@ -26,11 +26,13 @@ class ContinuousPolicy:
                 out.wait_reason = WaitReason.token_budget(s.max_num_batched_tokens)
                 return
             head = s.waiting[0]
-            # Reserve the whole (re)prefill up front: chunks of one prompt never race each other.
-            need = s.block_manager.blocks_needed(head, head.num_tokens)
+            # Reserve the whole (re)prefill up front: chunks of one prompt never race each other. Its
+            # cached prefix (possibly written earlier in this very step) is reused, not recomputed.
+            hits = s.block_manager.cached_prefix(head)
+            need = s.block_manager.blocks_to_admit(head, head.num_tokens, hits)
             watermark = s.admission_watermark()
             if not s.allocator.can_allocate(need + watermark):
                 out.wait_reason = WaitReason.kv_full(need, watermark, s.allocator.num_free_blocks)
                 return  # FCFS: the head waits for space; nobody overtakes it
-            seq = s.admit_head(out, head.num_tokens)
+            seq = s.admit_head(out, head.num_tokens, hits)
             budget = s.schedule_chunk(out, seq, budget)

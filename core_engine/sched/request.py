@@ -58,7 +58,7 @@ class Sequence:
 
     __slots__ = ("request", "index", "token_ids", "num_computed_tokens", "block_table", "slot",
                  "status", "finish_reason", "arrival_s", "first_token_s", "finish_s",
-                 "num_preemptions", "padding")
+                 "num_preemptions", "padding", "block_digests", "num_cached_tokens")
 
     def __init__(self, request: Request, index: int, arrival_s: float) -> None:
         self.request = request
@@ -74,6 +74,8 @@ class Sequence:
         self.finish_s: float | None = None
         self.num_preemptions = 0
         self.padding = False  # static batching: finished, slot still held, row still computed
+        self.block_digests: list[bytes] = []  # prefix-cache keys of its full blocks (prefix_cache.py)
+        self.num_cached_tokens = 0  # tokens found in the prefix cache at its latest admission
 
     @property
     def id(self) -> str:

@@ -30,6 +30,11 @@ class SchedulerOutput:
     preempted: list[Sequence] = field(default_factory=list)
     token_budget: int | None = None  # the budget this step was held to; None: a static step, unbudgeted
     wait_reason: WaitReason | None = None  # why the head of the queue still waits after this plan
+    # prefix caching, as vLLM counts it: tokens new requests looked up and found at admission; cached_tokens
+    # also counts what readmitted (preempted) requests found again
+    prefix_queries: int = 0
+    prefix_hits: int = 0
+    cached_tokens: int = 0
 
     @property
     def num_prompt_padding(self) -> int:
@@ -114,6 +119,8 @@ class Scheduler:
                     break
             if seq.status is SeqStatus.RUNNING:
                 self.block_manager.grow(seq, need)
+                if need % self.block_manager.block_size == 0:  # this decode fills its block: key it
+                    self.block_manager.cache_blocks(seq, seq.num_computed_tokens, need)
                 out.scheduled.append((seq, 1))
                 budget = None if budget is None else budget - 1
         return budget
@@ -129,6 +136,7 @@ class Scheduler:
     def schedule_chunk(self, out: SchedulerOutput, seq: Sequence, budget: int | None) -> int | None:
         """The rest of seq's prompt, or as much as the budget allows (chunked prefill)."""
         chunk = seq.num_uncomputed if budget is None else min(seq.num_uncomputed, budget)
+        self.block_manager.cache_blocks(seq, seq.num_computed_tokens, seq.num_computed_tokens + chunk)
         out.scheduled.append((seq, chunk))
         return None if budget is None else budget - chunk
 
@@ -136,10 +144,16 @@ class Scheduler:
         """Blocks kept free when admitting beside running sequences, so they can still grow."""
         return int(ADMISSION_WATERMARK * self.allocator.num_blocks) if self.running else 0
 
-    def admit_head(self, out: SchedulerOutput, kv_tokens: int) -> Sequence:
-        """Give the head of the queue a slot and KV blocks for kv_tokens of its tokens."""
+    def admit_head(self, out: SchedulerOutput, kv_tokens: int, hits: list[int]) -> Sequence:
+        """Give the head of the queue a slot, its cached prefix `hits` (block_manager.cached_prefix) and
+        new KV blocks up to kv_tokens of its tokens."""
         seq = self.waiting.popleft()
-        self.block_manager.grow(seq, kv_tokens)
+        self.block_manager.admit(seq, kv_tokens, hits)
+        if self.allocator.cache is not None:
+            out.cached_tokens += seq.num_cached_tokens
+            if seq.num_preemptions == 0:  # vLLM counts a readmitted request's lookup apart
+                out.prefix_queries += seq.num_tokens
+                out.prefix_hits += seq.num_cached_tokens
         seq.status = SeqStatus.RUNNING
         seq.slot = self._take_slot()
         self.running.append(seq)
@@ -218,12 +232,15 @@ class Scheduler:
     def check_invariants(self) -> None:
         """I2-I4 of the reliability checklist; raises AssertionError on the first violation."""
         self.allocator.check_invariants()
-        seen: set[int] = set()
+        tables: dict[int, int] = {}  # block -> block tables naming it
         for seq in [*self.running, *self.waiting]:
+            assert len(set(seq.block_table)) == len(seq.block_table), f"a block twice in {seq.id}'s table"
             for b in seq.block_table:
-                assert b not in seen, f"block {b} is in two block tables"
-                seen.add(b)
-        assert len(seen) == self.allocator.num_used_blocks, "used blocks and block tables disagree"
+                tables[b] = tables.get(b, 0) + 1
+            self.block_manager.check_cached_blocks(seq)
+        assert len(tables) == self.allocator.num_used_blocks, "used blocks and block tables disagree"
+        for b, n in tables.items():
+            assert self.allocator.ref_count(b) == n, f"block {b}: ref count {self.allocator.ref_count(b)}, {n} tables"
         slots = [s.slot for s in self.running]
         assert None not in slots and len(set(slots)) == len(slots), f"bad slot assignment {slots}"
         assert set(slots) == self._used_slots, "slot set out of sync"

@@ -34,17 +34,19 @@ class StaticPolicy:
         while s.waiting and len(group) < s.max_num_seqs:
             head = s.waiting[0]
             kv_tokens = kv_tokens_for_whole_request(head)
-            need = s.block_manager.blocks_needed(head, kv_tokens)
+            hits = s.block_manager.cached_prefix(head)  # the prefix cache is the allocator's: as in continuous
+            need = s.block_manager.blocks_to_admit(head, kv_tokens, hits)
             if not s.allocator.can_allocate(need):
                 out.wait_reason = WaitReason.kv_static(len(group), need, s.allocator.num_free_blocks)
                 break
-            group.append(s.admit_head(out, kv_tokens))
+            group.append(s.admit_head(out, kv_tokens, hits))
+            s.schedule_chunk(out, group[-1], None)  # its blocks are keyed now: a later member finds them
         else:
             if s.waiting:
                 out.wait_reason = WaitReason.static_batch(len(group))
+        # pad to the longest computed chunk; pad tokens write to scratch, so they are never cached
         longest = max((seq.num_uncomputed for seq in group), default=0)
         for seq in group:
-            s.schedule_chunk(out, seq, None)
             if seq.num_uncomputed < longest:
                 out.prompt_padding.append((seq, longest - seq.num_uncomputed))
 

@@ -56,6 +56,11 @@ class VllmMetrics:
         self.prompt_tokens = counter("vllm:prompt_tokens", "Number of prefill tokens processed.")
         self.generation_tokens = counter("vllm:generation_tokens", "Number of generation tokens processed.")
         self.preemptions = counter("vllm:num_preemptions", "Cumulative number of preemption from the engine.")
+        self.prefix_queries = counter("vllm:prefix_cache_queries",
+                                      "Prefix cache queries, in terms of number of queried tokens.")
+        self.prefix_hits = counter("vllm:prefix_cache_hits", "Prefix cache hits, in terms of number of cached tokens.")
+        self.prompt_tokens_cached = counter("vllm:prompt_tokens_cached",
+                                            "Number of cached prompt tokens (local prefix cache hits).")
         success = Counter("vllm:request_success", "Count of successfully processed requests.",
                           [*names, "finished_reason"], registry=r)
         self.success = {reason: success.labels(*ids, reason) for reason in FINISH_REASONS}
@@ -75,7 +80,8 @@ class VllmMetrics:
                                   "per GPU (for Model Flops Utilization calculations).")
         Gauge("vllm:cache_config_info", "Information of the LLMEngine CacheConfig",
               ["block_size", "num_gpu_blocks", "cache_dtype", "enable_prefix_caching", "engine"],
-              registry=r).labels(str(config.block_size), str(config.num_kv_blocks), config.dtype, "False", "0").set(1)
+              registry=r).labels(str(config.block_size), str(config.num_kv_blocks), config.dtype,
+                                 str(config.enable_prefix_caching), "0").set(1)
         self.max_num_seqs = Gauge("batchtop:max_num_seqs", "Slots: the most sequences that may run at once.",
                                   names, registry=r).labels(*ids)
         self.max_num_batched_tokens = Gauge("batchtop:max_num_batched_tokens", "Token budget of one engine step.",
@@ -155,6 +161,9 @@ class VllmMetrics:
         self.prompt_tokens.inc(now.prompt_tokens - before.prompt_tokens)
         self.generation_tokens.inc(now.generated_tokens - before.generated_tokens)
         self.preemptions.inc(now.preemptions - before.preemptions)
+        self.prefix_queries.inc(now.prefix_queries - before.prefix_queries)
+        self.prefix_hits.inc(now.prefix_hits - before.prefix_hits)
+        self.prompt_tokens_cached.inc(now.prefix_hits - before.prefix_hits)  # new requests' prompt tokens found
 
     def _forget(self, request_id: str) -> None:
         self._arrival.pop(request_id, None)

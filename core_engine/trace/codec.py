@@ -4,7 +4,8 @@ A snapshot becomes, in order: its control events, its arrivals, its rejections, 
 then one "step" event when a forward ran, or a "view" event (the same fields, step 0) when something
 happened between steps: a replay then ends at the same run time and counters as the live run did.
 Requests are named by their index; the arrival event carries the id and lengths once. Block
-ownership is run-length encoded and omitted when unchanged.
+ownership ("kv") and, with prefix caching, holders per block ("kv_refs") are run-length encoded and
+omitted when unchanged.
 """
 
 from __future__ import annotations
@@ -53,12 +54,13 @@ class SnapshotEncoder:
 
     def __init__(self, record_text: bool = False) -> None:
         self._owners: tuple[int, ...] | None = None
+        self._refs: tuple[int, ...] = ()
         self.record_text = record_text
 
     def events(self, snap: StepSnapshot, text: TextDelta | None = None) -> list[dict]:
         out: list[dict] = [{"type": "control", "name": name, "value": value} for name, value in snap.controls]
         if any(name == "reset" for name, _ in snap.controls):
-            self._owners = None
+            self._owners, self._refs = None, ()
         out += [{"type": "arrival", "index": a.index, "id": a.request_id, "prompt_len": a.prompt_len,
                  "max_tokens": a.max_tokens, "arrival_s": a.arrival_s} for a in snap.arrived]
         out += [{"type": "reject", "id": rid, "reason": reason} for rid, reason in snap.rejected]
@@ -77,10 +79,7 @@ class SnapshotEncoder:
             "times": [snap.step_time_s, snap.schedule_s, snap.prepare_s, snap.forward_s],
             "tokens": [snap.num_prefill_tokens, snap.num_decode_tokens, snap.num_padding_tokens, snap.num_seqs,
                        snap.num_prompt_padding_tokens],
-            "slots": [0 if s.phase is Phase.EMPTY else
-                      [s.index, PHASE_CODE[s.phase], s.num_computed, s.num_generated, *([s.num_prompt_padding]
-                                                                                         if s.num_prompt_padding else [])]
-                      for s in snap.slots],
+            "slots": [0 if s.phase is Phase.EMPTY else _slot_cell(s) for s in snap.slots],
             "free_blocks": snap.num_free_blocks,
             "waiting": [x for w in snap.waiting for x in (w.index, w.num_preemptions)],
             "num_waiting": snap.num_waiting, "pending": snap.num_pending_arrivals,
@@ -96,7 +95,20 @@ class SnapshotEncoder:
         if snap.block_owners != self._owners:
             event["kv"] = run_length(snap.block_owners)
             self._owners = snap.block_owners
+        if snap.block_refs != self._refs:
+            event["kv_refs"] = run_length(snap.block_refs)
+            self._refs = snap.block_refs
         return event
+
+
+def _slot_cell(s: SlotView) -> list:
+    """[index, phase, computed, generated], then prompt padding, then cached tokens, each when not 0."""
+    cell = [s.index, PHASE_CODE[s.phase], s.num_computed, s.num_generated]
+    if s.num_prompt_padding or s.num_cached:
+        cell.append(s.num_prompt_padding)
+    if s.num_cached:
+        cell.append(s.num_cached)
+    return cell
 
 
 class SnapshotDecoder:
@@ -106,6 +118,7 @@ class SnapshotDecoder:
         self.max_blocks = max_blocks  # the recorded pool's size, when the header gives it
         self._requests: dict[int, WaitingView] = {}
         self._owners: tuple[int, ...] = ()
+        self._refs: tuple[int, ...] = ()  # a trace from before prefix caching has none: the map shows owners
         self._pending: dict[str, list] = {"arrived": [], "rejected": [], "finished": [], "controls": []}
 
     def feed(self, event: dict) -> StepSnapshot | None:
@@ -141,15 +154,18 @@ class SnapshotDecoder:
     def _step(self, e: dict) -> StepSnapshot:
         if "kv" in e:
             self._owners = expand(e["kv"], self.max_blocks)
+        if "kv_refs" in e:
+            self._refs = expand(e["kv_refs"], self.max_blocks)
         slots = []
         for i, cell in enumerate(e["slots"]):
             if cell == 0:
                 slots.append(SlotView(i, Phase.EMPTY))
                 continue
-            index, code, computed, generated, *pad = cell
+            index, code, computed, generated, *extra = cell
+            pad, cached = (extra + [0, 0])[:2]
             r = self._request(index)
             slots.append(SlotView(i, CODE_PHASE[code], r.request_id, index, r.prompt_len, computed, generated,
-                                  r.max_tokens, pad[0] if pad else 0))
+                                  r.max_tokens, pad, cached))
         waiting = []
         for index, preemptions in zip(e["waiting"][::2], e["waiting"][1::2]):
             r = self._request(index)
@@ -169,7 +185,7 @@ class SnapshotDecoder:
             max_num_batched_tokens=e["max_num_batched_tokens"], step_time_s=step_time, schedule_s=schedule_s,
             prepare_s=prepare_s, forward_s=forward_s, num_prefill_tokens=prefill, num_decode_tokens=decode,
             num_padding_tokens=padding, num_prompt_padding_tokens=prompt_padding,
-            num_seqs=num_seqs, slots=tuple(slots), block_owners=self._owners,
+            num_seqs=num_seqs, slots=tuple(slots), block_owners=self._owners, block_refs=self._refs,
             num_free_blocks=e["free_blocks"], waiting=tuple(waiting), num_waiting=e["num_waiting"],
             wait_reason=WaitReason(WaitKind(wait[0]), wait[1], wait[2]) if wait else None,
             num_pending_arrivals=e["pending"], finished=tuple(pending["finished"]),

@@ -76,11 +76,11 @@ def list_of(check: Check, *, lengths: tuple[int, ...] | None = None, even: bool 
 
 
 def _slot(v: object) -> str | None:
-    """0 for an empty slot, else [request index, phase code, computed, generated(, prompt padding)]."""
+    """0 for an empty slot, else [request index, phase code, computed, generated(, prompt padding(, cached))]."""
     if v == 0 and _is_int(v):
         return None
-    if not isinstance(v, list) or len(v) not in (4, 5):
-        return f"must be 0 or [index, phase, computed, generated(, padding)], got {v!r}"
+    if not isinstance(v, list) or len(v) not in (4, 5, 6):
+        return f"must be 0 or [index, phase, computed, generated(, padding(, cached))], got {v!r}"
     if v[1] not in ("p", "d", "x", "i"):
         return f"phase must be one of p, d, x, i, got {v[1]!r}"
     if not all(_is_int(x) and x >= 0 for i, x in enumerate(v) if i != 1):
@@ -96,7 +96,8 @@ def _wait(v: object) -> str | None:
 
 
 def _runs(v: object) -> str | None:
-    """The block map, run-length encoded: owner (a request index, -1 for free), count, owner, count..."""
+    """A block map, run-length encoded: value, count, value, count... The owners ("kv"): a request index,
+    -1 for free; the holders ("kv_refs"): their number, 0 for free, -1 for free but cached."""
     problem = list_of(integer(-1), even=True)(v)
     if problem is not None:
         return problem
@@ -105,6 +106,8 @@ def _runs(v: object) -> str | None:
 
 
 _COUNT = integer(0)
+# a trace from before prefix caching has the counters without its last three (queries, hits, cached)
+COUNTER_LENGTHS = (len(Counters.__slots__) - 3, len(Counters.__slots__))
 _TIME = number(0.0)
 STEP_FIELDS: dict[str, Check] = {
     "step": _COUNT, "run_t": _TIME, "mode": one_of(MODES), "max_num_seqs": integer(1),
@@ -112,10 +115,10 @@ STEP_FIELDS: dict[str, Check] = {
     "tokens": list_of(_COUNT, lengths=(4, 5)), "slots": list_of(_slot), "free_blocks": _COUNT,
     "waiting": list_of(_COUNT, even=True), "num_waiting": _COUNT, "pending": _COUNT,
     "admitted": list_of(text), "preempted": list_of(text),
-    "counters": list_of(_COUNT, lengths=(len(Counters.__slots__),)),
+    "counters": list_of(_COUNT, lengths=COUNTER_LENGTHS),
     "cost": list_of(_TIME, lengths=(len(StepCost.__slots__),)),
 }
-OPTIONAL_STEP_FIELDS: dict[str, Check] = {"wait": optional(_wait), "kv": _runs,
+OPTIONAL_STEP_FIELDS: dict[str, Check] = {"wait": optional(_wait), "kv": _runs, "kv_refs": _runs,
                                           "decode_cost": list_of(_TIME, lengths=(len(StepCost.__slots__),))}
 FINISH_TYPES: dict[str, Check] = {
     "request_id": text, "index": _COUNT, "prompt_len": _COUNT, "num_generated": _COUNT, "arrival_s": _TIME,

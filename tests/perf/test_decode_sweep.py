@@ -53,3 +53,12 @@ def test_a_probe_starts_over_from_its_own_context_after_its_steps():
     taken = [probes.step() for _ in range(7)]  # started on the first step
     assert [s.cost.kv_bytes for s in taken[:3]] == sorted({s.cost.kv_bytes for s in taken[:3]})
     assert taken[3].cost == taken[6].cost == taken[0].cost
+
+
+def test_sweep_rows_never_share_their_kv_through_the_prefix_cache():
+    """Rows reading one shared copy of their prompt's KV would time a cheaper decode than a real batch."""
+    config = tiny_config(max_num_seqs=3, max_num_batched_tokens=3 * 64, block_size=16, num_kv_blocks=3 * 8)
+    engine = Engine(config)
+    assert config.enable_prefix_caching
+    sweep.decode_steps(engine, 3, 64, 2)
+    assert engine.counters.cached_tokens == 0

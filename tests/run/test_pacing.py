@@ -70,3 +70,21 @@ def test_the_bundled_trace_is_paced_unless_a_time_scale_is_given(tmp_path, args,
         assert "its recorded pace" in result.stderr and workload["time_scale"] != 1
     else:
         assert workload["time_scale"] == 0.01
+
+
+def test_the_probe_computes_every_prompt_token_though_its_requests_share_one_prompt(monkeypatch):
+    """Its requests all carry one prompt: with the engine's prefix cache on they would skip their prefill
+    and measure a capacity the bundled trace's distinct prompts never reach."""
+    probes = []
+
+    class Spy(Engine):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            probes.append(self)
+
+    monkeypatch.setattr(pacing, "Engine", Spy)
+    engine = Engine(tiny_config(max_num_seqs=4))
+    assert engine.config.enable_prefix_caching
+    pacing.measure_throughput(engine, [Request(f"r{i}", tuple(range(1, 41)), 6) for i in range(8)], 3)
+    (probe,) = probes
+    assert probe.counters.cached_tokens == 0 and probe.counters.prompt_tokens >= 3 * 40

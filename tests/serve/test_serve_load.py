@@ -77,7 +77,7 @@ def test_64_streams_finish_exactly_and_10_that_hang_up_are_aborted_and_free_thei
         assert metrics["vllm:kv_cache_usage_perc"] == 0
         assert metrics["vllm:estimated_flops_per_gpu_total"] > metrics["vllm:estimated_read_bytes_per_gpu_total"] > 0
         assert metrics["batchtop:token_delivery_seconds_count"] >= 64
-        info = "vllm:cache_config_info{block_size=4,cache_dtype=float32,enable_prefix_caching=False,num_gpu_blocks=1024}"
+        info = "vllm:cache_config_info{block_size=4,cache_dtype=float32,enable_prefix_caching=True,num_gpu_blocks=1024}"
         assert metrics[info] == 1
         assert metrics["batchtop:max_num_seqs"] == 16 and metrics["batchtop:mode{mode=continuous}"] == 1
 

@@ -60,8 +60,9 @@ def test_re_feeding_a_traces_inputs_reproduces_every_scheduling_decision(tmp_pat
     decisions = mixed = 0
     for event, recorded in trace.snapshots():
         if event["type"] == "arrival":
-            engine.add_request(Request(event["id"], (1,) * event["prompt_len"], event["max_tokens"]),
-                               arrival_s=event["arrival_s"])
+            # a first token of its own: as the recorded random prompts, no two share a prefix-cache block
+            prompt = (1 + event["index"],) + (1,) * (event["prompt_len"] - 1)
+            engine.add_request(Request(event["id"], prompt, event["max_tokens"]), arrival_s=event["arrival_s"])
         elif event["type"] == "step":
             snap = engine.step()
             assert (snap.admitted, snap.preempted, snap.block_owners) == \

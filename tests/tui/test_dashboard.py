@@ -114,8 +114,10 @@ async def test_n_steps_once_while_paused_and_panels_show_the_occupants():
         assert waiting.index("q4") < waiting.index("q5") < waiting.index("q9")
         assert "slots full" in waiting
         snap = app.source.frame.snapshot
+        c = snap.counters  # the prompts are prefixes of each other: q2 and q3 find q1's first block
+        assert c.prefix_hits == 4 + 4 and c.prefix_queries == 2 + 4 + 6 + 8
         assert app.query_one(KVBlocksPanel).border_title == f"KV blocks {snap.num_used_blocks}/64 used " \
-                                                            f"({100 * snap.num_used_blocks / 64:.0f}%)"
+                                                            f"({100 * snap.num_used_blocks / 64:.0f}%) · hit 40%"
         await step(pilot, 2)
         # q2 asked for 2 tokens: it finished at step 2 and q4 took its slot at step 3
         assert "q4" in panel_text(app, SlotsPanel) and "q2" not in panel_text(app, SlotsPanel)

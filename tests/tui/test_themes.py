@@ -55,3 +55,12 @@ def test_the_three_kinds_of_waste_look_unlike_each_other_and_unlike_any_request(
             assert closest > 50, (theme.name, name, closest)
         pairs = [(a, b) for i, a in enumerate(waste) for b in waste[i + 1:]]
         assert all(distance(v[a], v[b]) > 50 for a, b in pairs), theme.name
+
+
+def test_the_kv_maps_prefix_cache_states_stand_apart():
+    """A shared block must not pass for one request's, and a cached free block not for a plain free one."""
+    for theme in THEMES:
+        v = theme.variables
+        closest = min(distance(v[f"req-{i}"], v["kv-shared"]) for i in range(NUM_REQUEST_COLOURS))
+        assert closest > 50, (theme.name, closest)
+        assert distance(v["kv-cached"], v["kv-free"]) > 40, theme.name

@@ -88,6 +88,9 @@ _OPTIONS = [
     click.option("--seed", type=SEED, default=0, show_default=True, help="Seeds weights, prompts and sampling."),
     click.option("--enforce-eager", is_flag=True,
                  help="CUDA: run every decode step eagerly (no CUDA graphs captured per batch-size bucket)."),
+    click.option("--enable-prefix-caching/--no-enable-prefix-caching", default=True, show_default=True,
+                 help="Reuse the KV of full blocks a request shares with an earlier one (its system prompt, "
+                      "a preempted request's own), computing only the rest, as vLLM does by default."),
     click.option("--workload", "workload_path", type=str, default=None, metavar="FILE|synthetic",
                  help="JSONL workload, Azure trace CSV or ShareGPT JSON (needs a model directory's tokenizer); "
                       "'synthetic' for generated lognormal lengths. "
@@ -194,6 +197,8 @@ def build_setup(opts: dict, output: str | None = None, *, clients_only: bool = F
         gpu_memory_utilization=opts["gpu_memory_utilization"], seed=opts["seed"], simulate=device)
     if opts.get("enforce_eager"):
         config = config.with_(enforce_eager=True)
+    if not opts.get("enable_prefix_caching", True):
+        config = config.with_(enable_prefix_caching=False)
     simulation = None
     if device is not None:
         calibration = load_calibration(opts["calibration"]) if opts.get("calibration") is not None else DEFAULT

@@ -13,7 +13,7 @@ from textual.containers import Vertical, VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Static
 
-from batchtop.core_engine.engine.snapshot import StepSnapshot
+from batchtop.core_engine.engine.snapshot import SlotView, StepSnapshot
 from batchtop.core_engine.engine.detokenizer import RequestText
 from batchtop.tui.sources.frame import DashboardFrame
 from batchtop.tui.widgets.engine.slots import progress
@@ -37,6 +37,15 @@ def where(snap: StepSnapshot | None, index: int) -> str:
     return "done: no longer in a slot"
 
 
+def cached_line(slot: SlotView) -> str:
+    """How much of the request's KV came from the prefix cache at its (latest) admission."""
+    cached, prompt = slot.num_cached, slot.prompt_len
+    line = f"prefix cache: {min(cached, prompt)} of its {prompt} prompt tokens were cached, not computed"
+    if cached > prompt:  # a preempted request finds its output's blocks again too
+        line += f" (and {cached - prompt} output tokens, found again after a preemption)"
+    return line
+
+
 class RequestScreen(ModalScreen[None]):
     BINDINGS = [Binding("escape,enter,q", "dismiss", "close")]
 
@@ -45,6 +54,7 @@ class RequestScreen(ModalScreen[None]):
         self.index = index
         self.request_id = request_id
         self._shown: tuple | None = None
+        self._cached: str | None = None  # the latest cache line seen, kept once the request leaves its slot
 
     def compose(self) -> ComposeResult:
         with Vertical(id="request-detail"):
@@ -61,6 +71,11 @@ class RequestScreen(ModalScreen[None]):
     def show(self, frame: DashboardFrame) -> None:
         text = frame.texts.get(self.index)
         head = where(frame.snapshot, self.index)
+        slot = next((s for s in frame.snapshot.slots if s.index == self.index), None) if frame.snapshot else None
+        if slot is not None:
+            self._cached = cached_line(slot)
+        if self._cached is not None:
+            head += "\n" + self._cached
         if (head, text, bool(frame.texts)) == self._shown:
             return
         self._shown = (head, text, bool(frame.texts))

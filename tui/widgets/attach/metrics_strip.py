@@ -28,7 +28,18 @@ def metrics_text(s: ReplicaStats) -> Text:
     text.append("  ".join(f"{label} {secs(latency(s, key, 'p50'))}/{secs(latency(s, key, 'p99'))}"
                           for key, label in LATENCY_LABELS))
     text.append(f"   ({MEASURED_NOTE})", "dim")
+    text.append(f"\n prefix cache: {prefix_hit_rate(s)}")
     return text
+
+
+def prefix_hit_rate(s: ReplicaStats) -> str:
+    """Tokens found cached / tokens looked up, over the window (vLLM's own counters)."""
+    queries, hits = s.window_rates.get("prefix_queries"), s.window_rates.get("prefix_hits")
+    if queries is None or hits is None:
+        return "not exposed"
+    if queries <= 0:
+        return f"no lookups over {s.window_s:.0f}s" if s.window_s else "no lookups yet"
+    return f"hit {100 * hits / queries:.0f}% of {queries * (s.window_s or 0):,.0f} prompt tokens over {s.window_s:.0f}s"
 
 
 class AttachMetricsStrip(Static):
