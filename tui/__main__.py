@@ -1,3 +1,3 @@
-from batchtop.tui.cli import main
+from batchtop.tui.entry import main
 
 main()

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from textual.app import App
 
-from batchtop.tui.cli.output import OutputError, write_text
+from batchtop.core_engine.output_files import OutputError, write_text
 
 
 def new_screenshot_path(prefix: str) -> Path:

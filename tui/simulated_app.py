@@ -7,7 +7,7 @@ import math
 
 from textual.binding import Binding
 
-from batchtop.core_engine.simulate.clock import WallPace
+from batchtop.core_engine.run.pace import WallPace
 from batchtop.core_engine.simulate.simulation import Simulation
 from batchtop.tui.app import BatchtopApp
 from batchtop.tui.sources.live import EngineBridge

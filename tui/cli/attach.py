@@ -20,7 +20,7 @@ from batchtop.core_engine.perf.device_peaks import DevicePeaks
 from batchtop.core_engine.run.stop import Terminated, exit_status
 from batchtop.tui.cli.headless import note
 from batchtop.tui.cli.options import bad_input_exits
-from batchtop.tui.cli.output import check_outputs, deliver_json
+from batchtop.core_engine.output_files import check_outputs, deliver_json
 
 
 @dataclass(frozen=True, slots=True)

@@ -11,7 +11,7 @@ from batchtop.core_engine.perf.device_peaks import peaks_from_dict
 from batchtop.core_engine.trace.trace import Trace
 from batchtop.tui.cli.headless import note
 from batchtop.tui.cli.options import bad_input_exits
-from batchtop.tui.cli.output import deliver_json
+from batchtop.core_engine.output_files import deliver_json
 
 
 def replay_attach_report(trace: Trace) -> dict:

@@ -11,7 +11,7 @@ from batchtop.core_engine.engine.engine import Engine
 from batchtop.core_engine.perf.roofline import bound
 from batchtop.tui.cli.headless import build_engine, exit_code, load_peaks, metrics_document, run_and_report
 from batchtop.tui.cli.options import EXIT_ENGINE_FAILURE, bad_input_exits, build_setup
-from batchtop.tui.cli.output import deliver_json
+from batchtop.core_engine.output_files import deliver_json
 
 COMPARE_SCHEMA = "batchtop.compare/1"
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 import sys
 
 from batchtop.core_engine.perf.telemetry import TelemetrySampler
-from batchtop.core_engine.simulate.clock import VirtualClock, WallPace
+from batchtop.core_engine.simulate.clock import VirtualClock
+from batchtop.core_engine.run.pace import WallPace
 from batchtop.core_engine.torch_thread import call_in_thread
 from batchtop.tui.cli.headless import build_engine, load_peaks, pace_workload
 from batchtop.tui.cli.options import bad_input_exits, build_setup, workload_info
@@ -20,24 +21,36 @@ def run_dashboard(opts: dict, *, theme: str = "batchtop-dark", start_paused: boo
         return engine, pace_workload(setup, engine), load_peaks(setup)
 
     engine, setup, peaks = call_in_thread(build)
-    from batchtop.tui.app import BatchtopApp  # Textual loads only here, never on the headless path
+    from batchtop.tui.app import QUIT_WAIT_S, BatchtopApp  # Textual loads only here, never on the headless path
     from batchtop.tui.sources.live import EngineBridge
     from batchtop.tui.widgets.engine.waiting import arrivals_label
 
-    # a what-if run computes no real tokens: there are no words to show
-    session = setup.open_session(engine, peaks, show_text=setup.simulation is None)
     arrivals = arrivals_label(workload_info(setup.spec, setup.requests))
     if setup.simulation is not None:
         from batchtop.tui.simulated_app import SimulatedApp
-
-        clock = engine.clock
-        assert isinstance(clock, VirtualClock), "a simulated engine keeps simulated time"
-        bridge = EngineBridge(engine, setup.requests, start_paused=start_paused, session=session,
-                              pace=WallPace(clock))
-        app = SimulatedApp(bridge, setup.simulation, config=setup.config, peaks=peaks, theme=theme, arrivals=arrivals)
-    else:
-        bridge = EngineBridge(engine, setup.requests, start_paused=start_paused, session=session)
-        app = BatchtopApp(bridge, setup.config, peaks, telemetry=TelemetrySampler(setup.config.device), theme=theme,
-                          arrivals=arrivals)
-    code = app.run()
+    # The recording opens last, and whatever ends the process from here (q, SIGTERM before the app
+    # has drawn or while its engine thread is still in a step, SIGINT) closes it with its end event.
+    # A what-if run computes no real tokens: there are no words to show.
+    session = setup.open_session(engine, peaks, show_text=setup.simulation is None)
+    bridge = None
+    reason = "interrupted"
+    try:
+        if setup.simulation is not None:
+            clock = engine.clock
+            assert isinstance(clock, VirtualClock), "a simulated engine keeps simulated time"
+            bridge = EngineBridge(engine, setup.requests, start_paused=start_paused, session=session,
+                                  pace=WallPace(clock))
+            app = SimulatedApp(bridge, setup.simulation, config=setup.config, peaks=peaks, theme=theme,
+                               arrivals=arrivals)
+        else:
+            bridge = EngineBridge(engine, setup.requests, start_paused=start_paused, session=session)
+            app = BatchtopApp(bridge, setup.config, peaks, telemetry=TelemetrySampler(setup.config.device),
+                              theme=theme, arrivals=arrivals)
+        code = app.run()
+        reason = "error" if bridge.error is not None else "quit"
+    finally:
+        if bridge is not None:
+            bridge.shut_down(reason, QUIT_WAIT_S)
+        elif session.recorder is not None:
+            session.close(reason)
     sys.exit(code or 0)

@@ -9,6 +9,8 @@ import traceback
 import click
 
 from batchtop.core_engine.perf.device_peaks import DevicePeaks, device_peaks
+from batchtop.core_engine.perf.metrics import finite
+from batchtop.core_engine.run.resolve import pool_note
 from batchtop.core_engine.engine.engine import Engine
 from batchtop.core_engine.run.headless import RunResult, run_workload
 from batchtop.core_engine.run.session import Session
@@ -16,7 +18,7 @@ from batchtop.core_engine.run.stop import exit_status
 from batchtop.core_engine.engine.snapshot import StepSnapshot
 from batchtop.tui.cli.options import (EXIT_ENGINE_FAILURE, Setup, bad_input_exits, build_setup,
                          workload_info)
-from batchtop.tui.cli.output import deliver_json
+from batchtop.core_engine.output_files import deliver_json
 from batchtop.tui.cli.progress import StderrProgress
 from batchtop.gpu_kernels import cpu_kernels
 
@@ -28,10 +30,13 @@ def note(message: str) -> None:
 def build_engine(setup: Setup) -> Engine:
     c = setup.config
     sim = setup.simulation
+    capped = pool_note(c)
     if sim is not None:
         note(f"simulating {c.model.name} ({c.model.num_params() / 1e6:.0f}M params, {c.dtype}) on "
              f"{sim.device.label}: no model runs, each step's time comes from the roofline model; "
              f"{c.num_kv_blocks} KV blocks x {c.block_size} tokens; {len(setup.requests)} requests")
+        if capped:
+            note(capped)
         note(f"calibration: {sim.calibration.describe()}")
         if sim.mismatch():
             note(f"warning: {sim.mismatch()}")
@@ -39,6 +44,8 @@ def build_engine(setup: Setup) -> Engine:
     verb = "building" if c.model.checkpoint is None else f"loading {c.model.checkpoint}:"
     note(f"{verb} {c.model.name} ({c.model.num_params() / 1e6:.0f}M params, {c.dtype}) on {c.device}; "
          f"{c.num_kv_blocks} KV blocks x {c.block_size} tokens; {len(setup.requests)} requests")
+    if capped:
+        note(capped)
     with bad_input_exits():  # a tensor the header promised but the file cannot deliver
         engine = Engine(c)
     if c.device == "cpu" and not cpu_kernels.available():
@@ -92,7 +99,7 @@ def metrics_document(result: RunResult, setup: Setup, config_dict: dict, peaks: 
         doc["interrupted_by"] = signal.Signals(result.signal).name
     elif result.stopped_by_script:
         doc["stopped_by"] = "script"
-    return doc
+    return finite(doc)
 
 
 def exit_code(result: RunResult) -> int:

@@ -28,7 +28,7 @@ from batchtop.core_engine.workload.spec import WorkloadSpec, load_workload
 from batchtop.core_engine.simulate.calibration import DEFAULT, load_calibration
 from batchtop.core_engine.simulate.device import simulated_device
 from batchtop.core_engine.simulate.simulation import Simulation
-from batchtop.tui.cli.output import check_outputs
+from batchtop.core_engine.output_files import check_outputs
 
 EXIT_ENGINE_FAILURE = 1
 EXIT_BAD_INPUT = 2

@@ -11,7 +11,7 @@ from batchtop.core_engine.trace.trace import Trace, TraceError, read_trace
 from batchtop.core_engine.trace.schema import HeaderError, engine_header
 from batchtop.tui.cli.headless import note
 from batchtop.tui.cli.options import bad_input_exits
-from batchtop.tui.cli.output import check_outputs, deliver_json
+from batchtop.core_engine.output_files import check_outputs, deliver_json
 
 
 def recorded_engine(trace: Trace) -> tuple[EngineConfig, DevicePeaks | None]:

@@ -15,7 +15,7 @@ from batchtop.core_engine.engine import control
 from batchtop.core_engine.engine.engine import Engine
 from batchtop.core_engine.sched.request import Request
 from batchtop.core_engine.run.session import Session
-from batchtop.core_engine.simulate.clock import WallPace
+from batchtop.core_engine.run.pace import WallPace
 from batchtop.tui.sources.frame import DashboardFrame, FrameBuilder
 
 PUBLISH_INTERVAL_S = 0.1  # the UI polls at 10 Hz: a frame more often would be built for nobody
@@ -45,6 +45,7 @@ class EngineBridge:
         self._last_publish = 0.0
         self._recorded_pause = start_paused
         self.stop_requested = False
+        self.started = threading.Event()  # set once the engine thread has entered run()
         self.done = threading.Event()  # set once the engine thread has left its loop
         self.runs = 1  # restarts so far + 1
         self.error: str | None = None
@@ -113,6 +114,7 @@ class EngineBridge:
 
     def run(self, is_cancelled: Callable[[], bool]) -> None:
         """The worker body: step while running, wait while paused or done, stop when cancelled."""
+        self.started.set()
         try:
             while not (is_cancelled() or self.stop_requested or self.session.quit_requested):
                 self._loop_once()
@@ -126,6 +128,17 @@ class EngineBridge:
             self.notify("error", self.error + "\n" + traceback.format_exc(limit=6))
         finally:
             self.done.set()
+
+    def shut_down(self, reason: str, wait_s: float) -> None:
+        """However the app ended (a signal before it drew, a step that outlived the quit's wait): stop
+        the engine thread, give it `wait_s` to close the session itself, then close what is still open
+        (the recorder takes a close from any thread; the engine thread writes nothing after it)."""
+        self.stop()
+        if self.started.is_set():
+            self.done.wait(wait_s)
+        recorder = self.session.recorder
+        if recorder is not None and not recorder.closed:
+            self.session.close(reason)
 
     def _loop_once(self) -> None:
         if self._recorded_pause != self._paused:
