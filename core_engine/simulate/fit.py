@@ -115,7 +115,9 @@ def _refine(work, peaks: DevicePeaks, centre: list[float], fixed: tuple[bool, ..
     """The best triple near `centre`, zooming in ZOOMS times (an efficiency marked fixed stays put)."""
     point, step = centre, STEP
     for _ in range(ZOOMS):
-        grids = [np.array([c]) if f else c * step ** WINDOW for c, f in zip(point, fixed)]
+        # the zoom stays inside the searched span, so every fit loads again with --calibration
+        grids = [np.array([c]) if f else np.unique(np.clip(c * step ** WINDOW, LOWEST, HIGHEST))
+                 for c, f in zip(point, fixed)]
         errors, _ = _errors(work, peaks, *grids)
         best = np.unravel_index(int(errors.argmin()), errors.shape)
         point, least, step = [float(g[i]) for g, i in zip(grids, best)], float(errors[best]), step ** (1 / ZOOM)
