@@ -162,3 +162,27 @@ def test_a_bad_fused_layer_call_names_what_is_wrong():
                                                             []), rows)
         with pytest.raises(RuntimeError, match="cos/sin"):
             layer.forward_fused(x, cos[:1], sin[:1], batch, rows)
+
+
+def test_a_bf16_engine_runs_its_layers_fused_and_greedy_tokens_match_the_op_by_op_engine(monkeypatch):
+    """The engine really takes the one-call path on this CPU (decode and mixed steps), and its greedy
+    tokens are those of the same model run op by op."""
+    from batchtop.core_engine.engine.engine import Engine
+    from tests.conftest import make_requests, run_all, tiny_config
+
+    requests = make_requests(6, seed=5, prompt=(3, 20), output=(6, 12))
+    fused_engine = Engine(tiny_config(max_num_seqs=4, dtype="bfloat16"))
+    calls = []
+    forward_fused = DecoderLayer.forward_fused
+    monkeypatch.setattr(DecoderLayer, "forward_fused", lambda self, *a: calls.append(1) or forward_fused(self, *a))
+    fused, _, _ = run_all(fused_engine, requests)
+    assert calls
+    model = fused_engine.runner.model
+    model.fuse_layers = False
+    calls.clear()
+    try:
+        unfused, _, _ = run_all(Engine(tiny_config(max_num_seqs=4, dtype="bfloat16"), runner=fused_engine.runner),
+                                requests)
+    finally:
+        model.fuse_layers = True
+    assert not calls and fused == unfused
