@@ -18,7 +18,8 @@ def stats_doc(s: ReplicaStats, peaks: DevicePeaks | None) -> dict:
         "rates_per_s": s.rates, "window_rates_per_s": s.window_rates, "tokens_per_step": s.tokens_per_step,
         "latency_s": s.latency, "window_s": s.window_s, "finished": s.finished, "success_rate": s.success_rate,
         "roofline": None if s.point is None else s.point.as_dict(peaks), "roofline_note": s.point_note,
-        "counter_resets": s.resets,
+        "counter_resets": s.resets, "ceiling_from": s.ceiling_from, "token_budget": s.token_budget,
+        "slots": None if s.slots is None else [slot.as_dict() for slot in s.slots], "note": s.note,
     }
 
 
@@ -36,6 +37,7 @@ def attach_report(monitor: Monitor, frame: AttachFrame, *, interval_s: float, pe
         "device": {"peaks": peaks.as_dict() if peaks is not None else None, "source": peaks_note},
         "replicas": replicas, "aggregate": stats_doc(frame.aggregate, peaks),
         "imbalance": [b.as_dict() | {"line": b.line()} for b in frame.imbalances],
+        "verdict": frame.verdict.as_dict() if frame.verdict is not None else None,
     }
     if replayed_from is not None:
         doc["replayed_from"] = replayed_from

@@ -68,7 +68,7 @@ CASES = [
     (2, lambda e: e.__setitem__("sample", None), "2: scrape event: field sample is missing: a LIVE scrape has one"),
     (2, lambda e: e.__setitem__("sample", [1, 2]), "2: scrape event: field sample must be an object"),
     (2, lambda e: e["sample"].pop("flavour"), "2: scrape event: field sample.flavour is missing"),
-    (2, sample_field("flavour", "tgi"), "2: scrape event: field sample.flavour must be one of"),
+    (2, sample_field("flavour", "ollama"), "2: scrape event: field sample.flavour must be one of"),
     (2, sample_field("t", -1), "2: scrape event: field sample.t must be a number >= 0"),
     (2, sample_field("counters", {"prompt_tokens": "lots"}),
      "2: scrape event: field sample.counters.prompt_tokens must be a number"),

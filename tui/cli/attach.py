@@ -18,6 +18,7 @@ from batchtop.core_engine.attach.roofline_point import ModelEstimate
 from batchtop.core_engine.attach.scrape import metrics_url
 from batchtop.core_engine.errors import ConfigError
 from batchtop.core_engine.run.stop import Terminated, exit_status
+from batchtop.tui.cli.attach_export import export_workload
 from batchtop.tui.cli.headless import note
 from batchtop.tui.cli.options import bad_input_exits
 from batchtop.core_engine.output_files import check_outputs, deliver_json
@@ -35,7 +36,7 @@ def prepare(urls: tuple[str, ...], opts: AttachOptions) -> AttachSetup:
         raise ConfigError("--duration", "--headless needs --duration S (seconds to watch before writing the JSON)")
     if not opts.headless and (opts.output is not None or opts.duration is not None):
         raise ConfigError("--output" if opts.output is not None else "--duration", "only with --headless")
-    check_outputs({"--output": opts.output, "--record": opts.record})
+    check_outputs({"--output": opts.output, "--record": opts.record, "--export-workload": opts.export_workload})
     estimate = None
     if opts.model is not None:
         from batchtop.core_engine.run.resolve import resolve_model
@@ -100,12 +101,15 @@ def run_headless(setup: AttachSetup) -> int:
     for s in frame.replicas:
         if s.status != "LIVE":
             note(f"{s.name}: {s.status}: {s.reason}")
+    if frame.verdict is not None:
+        note(f"verdict: {frame.verdict.line}" + (f"; {frame.verdict.advice}" if frame.verdict.advice else ""))
+    exported = opts.export_workload is None or export_workload(monitor, opts.export_workload)
     if error is not None:
         note(f"error: {error}; the JSON holds what was seen before it")
         return 1
     if not complete:
         return exit_code
-    return 0 if written else 1
+    return 0 if written and exported else 1
 
 
 def run_attach(urls: tuple[str, ...], opts: AttachOptions) -> None:
@@ -118,4 +122,9 @@ def run_attach(urls: tuple[str, ...], opts: AttachOptions) -> None:
     from batchtop.tui.app import BatchtopApp  # Textual loads only here
     from batchtop.tui.sources.attach import AttachSource
 
-    sys.exit(BatchtopApp(AttachSource(setup), theme=opts.theme).run() or 0)
+    source = AttachSource(setup)
+    code = BatchtopApp(source, theme=opts.theme).run() or 0
+    source.done.wait(5.0)  # the feed's last scrape is in the monitor before the workload is drawn from it
+    if opts.export_workload is not None and not export_workload(source.monitor, opts.export_workload):
+        code = code or 1
+    sys.exit(code)
