@@ -77,11 +77,12 @@ SGLANG_NAMES = MetricNames(
     e2e="sglang:e2e_request_latency_seconds", queue_time="sglang:queue_time_seconds",
     kv_capacity_tokens="sglang:max_total_num_tokens")
 
-# TGI's Rust exporter keeps the names as given: no _total on its counters
+# TGI's Rust exporter writes its counters without _total (tgi_request_success); prometheus_client's
+# parser names every counter's sample with it, as it does for all counters
 TGI_NAMES = MetricNames(
     running="tgi_batch_current_size", waiting="tgi_queue_size", itl=("tgi_request_mean_time_per_token_duration",),
-    e2e="tgi_request_duration", queue_time="tgi_request_queue_duration", success="tgi_request_success",
-    failures="tgi_request_failure", prompt_len="tgi_request_input_length",
+    e2e="tgi_request_duration", queue_time="tgi_request_queue_duration", success="tgi_request_success_total",
+    failures="tgi_request_failure_total", prompt_len="tgi_request_input_length",
     generation_len="tgi_request_generated_tokens", tokens_from_requests=True)
 
 LLAMACPP_NAMES = MetricNames(
@@ -124,13 +125,16 @@ def flavour_of(name: str) -> str | None:
 
 
 def flavours_in(sample_names: set[str]) -> dict[str, str]:
-    """Each flavour found among the names, with the first of its names (sorted) as the example."""
+    """Each flavour found among the names (in FLAVOURS' order), with one of its names as the example:
+    its running gauge where it has it."""
     found: dict[str, str] = {}
     for name in sorted(sample_names):
         flavour = flavour_of(name)
         if flavour is not None:
-            found.setdefault(flavour, name)
-    return found
+            running = NAMES[flavour].running if flavour in NAMES else None
+            if flavour not in found or name == running:
+                found[flavour] = name
+    return {f: found[f] for f in FLAVOURS if f in found}
 
 
 def detect_flavour(sample_names: set[str]) -> str | None:

@@ -1,0 +1,150 @@
+"""--export-workload: the traffic a server saw, as a workload. Its length means and arrival rate equal
+the histograms' and counters' within their bucket resolution; the header comment says how it was
+made and every reader of workloads skips it; `batchtop compare --simulate` runs the file."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from batchtop.core_engine.attach.histogram import Histogram
+from batchtop.core_engine.attach.monitor import Monitor
+from batchtop.core_engine.attach.record import monitor_for, recorded_ticks
+from batchtop.core_engine.attach.sample import parse_exposition
+from batchtop.core_engine.attach.verdict_span import step_buckets
+from batchtop.core_engine.attach.workload_export import ExportError, build_workload
+from batchtop.core_engine.trace.trace import read_trace
+from batchtop.core_engine.workload.spec import WorkloadSpec, load_workload
+from batchtop.tui.cli import main
+from tests.support.attach_helpers import DATA, live
+from tests.support.scripted_vllm import ScriptedVllm, Tick, scripted_server
+
+RECORDING = str(DATA / "attach-vllm-0.32-cpu.jsonl.gz")
+
+
+def resolution(h: Histogram) -> tuple[float, float]:
+    """The lowest and highest mean the buckets allow: every observation at its bucket's floor or top."""
+    rows = [(lo, hi, n) for lo, hi, n in step_buckets(h) if n]
+    return sum(math.floor(lo) + 1 for lo, _, n in rows for _ in range(int(n))) / h.count, \
+        sum(hi for _, hi, n in rows for _ in range(int(n))) / h.count
+
+
+def mixed_traffic(n: int = 30) -> list[Tick]:
+    """Requests finishing two a second, prompts of 30 / 70 / 400 and outputs of 8 / 120 tokens."""
+    prompts, outputs = (30, 70, 400), (8, 120)
+    return [Tick(6, 3, kv=0.4, steps=(6,) * 20, finished=tuple((prompts[(2 * i + j) % 3], outputs[(i + j) % 2])
+                                                                for j in range(2))) for i in range(n)]
+
+
+def session(ticks: list[Tick]) -> Monitor:
+    server, monitor = ScriptedVllm(), Monitor(["http://scripted:8000/metrics"])
+    for i, tick in enumerate(ticks):
+        monitor.feed([live(parse_exposition(server.text(tick), float(i)))], float(i))
+    return monitor
+
+
+def check_matches(monitor: Monitor, workload) -> None:
+    total = monitor.windows[0].session.delta
+    n = len(workload.lines)
+    for key, field in (("prompt_len", "prompt_len"), ("generation_len", "max_tokens")):
+        h = total.histograms[key]
+        mean = sum(line[field] for line in workload.lines) / n
+        low, high = resolution(h)
+        assert low <= mean <= high and low <= h.mean <= high
+        assert mean == pytest.approx(h.mean, abs=0.5)  # and the exact mean, rounding aside
+        for lo, hi, count in step_buckets(h):  # every bucket its share of the lines
+            inside = sum(lo < line[field] <= hi for line in workload.lines)
+            assert abs(inside - n * count / h.count) < 1
+    assert workload.lines[-1]["arrival_s"] == pytest.approx(n / workload.rate, rel=1e-6)
+
+
+def test_the_exported_lengths_and_rate_match_the_histograms_and_counters():
+    monitor = session(mixed_traffic())
+    workload = build_workload([w.session for w in monitor.windows], monitor.urls, "vllm")
+    # 29 intervals of 1 s, two requests finished in each, the requests in flight unchanged
+    assert len(workload.lines) == 58 and workload.rate == pytest.approx(2.0)
+    check_matches(monitor, workload)
+    arrivals = [line["arrival_s"] for line in workload.lines]
+    assert arrivals == sorted(arrivals) and len({round(b - a, 6) for a, b in zip(arrivals, arrivals[1:])}) > 10
+
+
+def test_the_real_vllm_recording_exports_its_64_requests_of_64_and_256_tokens():
+    trace = read_trace(RECORDING)
+    monitor = monitor_for(trace)
+    for t, results in recorded_ticks(trace):
+        monitor.feed(results, t)
+    workload = build_workload([w.session for w in monitor.windows], monitor.urls, "vllm")
+    # 48 finished while watched, 16 more running at the end, none before: the bench client's 64
+    assert len(workload.lines) == 64
+    # the buckets say (50, 100] and (200, 500]; the sums say 3079 prompt tokens in 48 and 256 output tokens each
+    assert all(50 < line["prompt_len"] <= 100 and 200 < line["max_tokens"] <= 500 for line in workload.lines)
+    assert sum(x["prompt_len"] for x in workload.lines) == round(64 * 3079 / 48)
+    assert sum(x["max_tokens"] for x in workload.lines) == 64 * 256
+    check_matches(monitor, workload)
+
+
+def test_the_file_loads_as_a_workload_and_compare_simulates_it(tmp_path):
+    monitor = session(mixed_traffic(12))
+    workload = build_workload([w.session for w in monitor.windows], monitor.urls, "vllm")
+    path = tmp_path / "traffic.jsonl"
+    path.write_text(workload.text())
+    assert path.read_text().startswith("# batchtop attach --export-workload: 22 requests as vLLM at")
+    requests = load_workload(WorkloadSpec(path=str(path)), vocab_size=512)
+    assert [(r.prompt_len, r.max_tokens) for r in requests] == [(x["prompt_len"], x["max_tokens"]) for x in workload.lines]
+    no_suffix = tmp_path / "traffic"  # no .jsonl: told apart by its first line that is not a comment
+    no_suffix.write_text(workload.text())
+    assert len(load_workload(WorkloadSpec(path=str(no_suffix)), vocab_size=512)) == 22
+    out = tmp_path / "compare.json"
+    result = CliRunner().invoke(main, ["compare", "--simulate", "h100", "--max-num-seqs", "256", "--workload",
+                                       str(path), "-o", str(out)])
+    assert result.exit_code == 0, result.output
+    doc = json.loads(out.read_text())
+    assert doc["continuous"]["requests"]["completed"] == 22
+    assert doc["continuous"]["tokens"]["generated"] == sum(x["max_tokens"] for x in workload.lines)
+
+
+def test_attach_exports_at_the_end_of_a_live_watch(tmp_path):
+    path = tmp_path / "live.jsonl"
+    with scripted_server(mixed_traffic(200)) as url:
+        result = CliRunner().invoke(main, ["attach", url, "--headless", "--duration", "1.5", "--interval", "0.1",
+                                           "--export-workload", str(path), "-o", str(tmp_path / "a.json")])
+    assert result.exit_code == 0, result.output
+    lines = path.read_text().splitlines()
+    assert lines[0].startswith("# batchtop attach --export-workload:") and "Poisson at" in lines[1]
+    body = [json.loads(x) for x in lines if not x.startswith("#")]
+    assert len(body) >= 20 and "wrote" in result.output and "batchtop compare --simulate h100" in result.output
+
+
+def test_replay_exports_from_an_attach_recording_and_refuses_an_engine_trace(tmp_path):
+    path = tmp_path / "rec.jsonl"
+    result = CliRunner().invoke(main, ["replay", RECORDING, "--export-workload", str(path)])
+    assert result.exit_code == 0, result.output
+    assert sum(not x.startswith("#") for x in path.read_text().splitlines()) == 64
+    engine_trace = str(DATA / "trace-before-prefix-caching.jsonl")
+    result = CliRunner().invoke(main, ["replay", engine_trace, "--export-workload", str(tmp_path / "x.jsonl")])
+    assert result.exit_code == 2 and "--export-workload" in result.output and "engine session" in result.output
+    assert not (tmp_path / "x.jsonl").exists()
+
+
+def test_a_server_without_length_histograms_exports_nothing_and_says_why():
+    monitor = Monitor(["llama"])
+    text = (DATA / "llamacpp-a.prom").read_text()
+    for t in (0.0, 1.0):
+        monitor.feed([live(parse_exposition(text, t))], t)
+    with pytest.raises(ExportError, match="llama.cpp exposes no per-request length histograms"):
+        build_workload([w.session for w in monitor.windows], monitor.urls, "llamacpp")
+    quiet = session([Tick(1, 0, steps=(1,))] * 3)  # a session in which nothing finished
+    with pytest.raises(ExportError, match="no request finished"):
+        build_workload([w.session for w in quiet.windows], quiet.urls, "vllm")
+
+
+def test_an_unwritable_export_path_fails_before_the_watch(tmp_path):
+    missing = tmp_path / "no" / "such" / "dir" / "w.jsonl"
+    result = CliRunner().invoke(main, ["attach", "http://127.0.0.1:9", "--headless", "--duration", "1",
+                                       "--export-workload", str(missing)])
+    assert result.exit_code == 2 and "--export-workload" in result.output and "does not exist" in result.output
+    assert not Path(missing).parent.exists()
