@@ -107,6 +107,16 @@ def _no_other_fields(v: object, known: tuple[str, ...]) -> str | None:
     return f".{extra[0]} is not a field of a slot" if extra else None
 
 
+def _slots(v: object) -> str | None:
+    if not isinstance(v, list):
+        return f"must be a list, got {v!r}"
+    for i, item in enumerate(v):
+        problem = _slot(item)
+        if problem is not None:
+            return f"[{i}]" + (problem if problem.startswith(".") else f" {problem}")
+    return None
+
+
 SAMPLE_FIELDS: dict[str, Check] = {
     "t": number(0.0), "flavour": one_of(FLAVOURS), "model_name": optional(text),
     "running": optional(real), "waiting": optional(real), "waiting_by_reason": optional(mapping_of(real)),
@@ -114,7 +124,7 @@ SAMPLE_FIELDS: dict[str, Check] = {
     "histograms": optional(mapping_of(_histogram)), "num_gpu_blocks": optional(whole),
     "block_size": optional(whole), "kv_capacity_tokens": optional(real), "max_num_seqs": optional(whole),
     "mode": optional(text), "start_time": optional(real), "ceiling_from": optional(text),
-    "token_budget": optional(whole), "slots": optional(list_of(_slot)), "note": optional(text),
+    "token_budget": optional(whole), "slots": optional(_slots), "note": optional(text),
 }
 
 

@@ -109,6 +109,8 @@ def _pct(share: float | None, flavour: str | None) -> str:
 
 
 def _ceiling_words(s: Span) -> str:
+    if not s.ceiling:
+        return f"unknown ({gap(s.flavour, 'ceiling', 'not exported')})"
     if s.ceiling_source == "inferred":
         return f"{s.ceiling}, inferred from the plateau ({gap(s.flavour, 'ceiling', 'not exported')})"
     return f"{s.ceiling} ({'from ' if s.ceiling_source.startswith('--') else ''}{s.ceiling_source})"
@@ -150,7 +152,8 @@ def explain(kind: str, s: Span | None, p: Pattern | None = None) -> Verdict:
         line = (f"slots: running at the ceiling of {_ceiling_words(s)} in {100 * (s.at_ceiling_share or 0):.0f}% "
                 f"of {s.scrapes} scrapes (mean {s.running_mean:.1f}), {wait}, KV {kv}")
         room = f": KV has room ({kv})" if s.kv_mean is not None else " (watch KV as you do: it is not exposed)"
-        return Verdict(kind, line, f"try: raise {k.slots} above {s.ceiling}{room}, or add replicas", ev)
+        above = f" above {s.ceiling}" if s.ceiling else ""
+        return Verdict(kind, line, f"try: raise {k.slots}{above}{room}, or add replicas", ev)
     if kind == "kv":
         tok_s, recompute = _recompute(s)
         preempt = s.rate("preemptions")

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from batchtop.core_engine.attach.histogram import Histogram, merge_all
 from batchtop.core_engine.attach.history import HistoryPoint
 
-SPAN_S = 10.0  # what the verdict reads: the last 10 s of scrapes ...
+SPAN_S = 5.0  # what the verdict reads: the last 5 s of scrapes ...
 SPAN_POINTS = 5  # ... and never fewer than 5 of them, whatever the interval
 PATTERN_S = 60.0  # the arrival pattern: the last minute, or at least the last 20 scrapes
 PATTERN_POINTS = 20
@@ -21,14 +21,22 @@ PLATEAU_SHARE = 0.6  # an inferred ceiling: running held at its peak in 60% of t
 PLATEAU_MIN = 3
 
 
+def _empty(p: HistoryPoint) -> bool:
+    return not p.running and not p.waiting
+
+
 def recent(history: tuple[HistoryPoint, ...], seconds: float, at_least: int) -> list[HistoryPoint]:
-    """The fresh points (the server answered) of the last `seconds`, or the last `at_least` of them."""
+    """The fresh points (the server answered) of the last `seconds`, or the last `at_least` of them;
+    once a load arrives, the empty scrapes before it are not part of what bounds it."""
     fresh = [p for p in history if p.dt is not None and p.running is not None]
     if not fresh:
         return []
     newest = fresh[-1].t
     inside = [p for p in fresh if p.t >= newest - seconds]
-    return inside if len(inside) >= at_least else fresh[-at_least:]
+    points = inside if len(inside) >= at_least else fresh[-at_least:]
+    while len(points) > 1 and _empty(points[0]) and not _empty(points[-1]):
+        points = points[1:]
+    return points
 
 
 def _mean(values: list[float]) -> float | None:
@@ -71,7 +79,9 @@ def inferred_ceiling(points: list[HistoryPoint]) -> int | None:
     return int(peak) if peak >= 1 and at_peak >= PLATEAU_MIN and at_peak >= PLATEAU_SHARE * len(waited) else None
 
 
-def summarize(points: list[HistoryPoint]) -> Span | None:
+def summarize(points: list[HistoryPoint], plateau: int | None = None) -> Span | None:
+    """The span's numbers; `plateau` is a ceiling inferred earlier, kept while this span shows none
+    (the queue drained for a moment: the ceiling did not go away)."""
     if not points:
         return None
     running = [p.running or 0.0 for p in points]
@@ -83,7 +93,7 @@ def summarize(points: list[HistoryPoint]) -> Span | None:
     kv = [p.kv_usage for p in points if p.kv_usage is not None]
     ceiling, source = points[-1].ceiling, points[-1].ceiling_source
     if not ceiling:
-        ceiling = inferred_ceiling(points)
+        ceiling = inferred_ceiling(points) or plateau
         source = "inferred" if ceiling else "unknown"
     totals: dict[str, float] = {}
     for p in points:

@@ -148,3 +148,16 @@ def test_an_unwritable_export_path_fails_before_the_watch(tmp_path):
                                        "--export-workload", str(missing)])
     assert result.exit_code == 2 and "--export-workload" in result.output and "does not exist" in result.output
     assert not Path(missing).parent.exists()
+
+
+def test_a_live_watch_of_a_server_without_length_histograms_says_why_and_exits_1(tmp_path):
+    from tests.support.route_server import Routes, route_server
+    path = tmp_path / "w.jsonl"
+    routes = Routes({"/metrics": (200, (DATA / "llamacpp-a.prom").read_text()), "/slots": (501, "off")})
+    with route_server(routes) as url:
+        result = CliRunner().invoke(main, ["attach", url, "--headless", "--duration", "0.6", "--interval", "0.2",
+                                           "--export-workload", str(path), "-o", str(tmp_path / "a.json")])
+    assert result.exit_code == 1
+    assert ("--export-workload: llama.cpp exposes no per-request length histograms: nothing to draw the lengths "
+            f"from; nothing written to {path}") in result.output
+    assert not path.exists() and json.loads((tmp_path / "a.json").read_text())["complete"] is True

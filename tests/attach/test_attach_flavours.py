@@ -57,6 +57,7 @@ def test_llamacpp_metrics_with_its_slots_give_the_ceiling_and_each_slot():
     assert (s.running, s.waiting, s.max_num_seqs, s.ceiling_from) == (4, 5, 4, "/slots")
     assert [slot.processing for slot in s.slots] == [True] * 4 and s.slots[3].n_decoded == 160
     assert off.status == LIVE and off.sample.slots is None and off.sample.note == DISABLED_NOTE
+    assert off.sample.max_num_seqs is None
     monitor = Monitor([url])
     monitor.feed([live(dataclasses.replace(first.sample, t=0.0))], 0.0)
     m = monitor.feed([live(dataclasses.replace(s, t=2.0))], 2.0).replicas[0]
@@ -130,17 +131,35 @@ def test_trtllm_at_its_token_budget_is_budget_bound():
 
 def test_trtllm_with_no_new_iteration_is_idle_and_says_why_and_bad_stats_are_refused():
     routes = Routes({"/metrics": (200, "[]")})
+    answers = {}
     with route_server(routes) as url:
         scraper = Scraper(url, timeout_s=2.0)
         idle = scraper.scrape()
-        routes.routes["/metrics"] = (200, json.dumps([{"iter": 1, "numActiveRequests": -3}]))
-        negative = scraper.scrape()
-        routes.routes["/metrics"] = (200, json.dumps({"status": "ok"}))
-        other = scraper.scrape()
+        for name, body in (("negative", [{"iter": 1, "numActiveRequests": -3}]), ("other", {"status": "ok"}),
+                           ("overfull", [{"numActiveRequests": 1, "kvCacheStats": {"maxNumBlocks": 8, "usedNumBlocks": 9}}]),
+                           ("text", "[not json")):
+            routes.routes["/metrics"] = (200, body if isinstance(body, str) else json.dumps(body))
+            answers[name] = scraper.scrape()
         scraper.close()
     assert idle.status == LIVE and (idle.sample.running, idle.sample.waiting) == (0, 0) and idle.sample.note == IDLE_NOTE
-    assert negative.status == BAD and negative.reason == "iteration stats [0].numActiveRequests = -3: not a count"
-    assert other.status == BAD and "not TensorRT-LLM's iteration stats" in other.reason
+    assert {r.status for r in answers.values()} == {BAD}
+    assert answers["negative"].reason == "iteration stats [0].numActiveRequests = -3: not a count"
+    assert "not TensorRT-LLM's iteration stats" in answers["other"].reason
+    assert answers["overfull"].reason == "iteration stats [0].kvCacheStats: 9 blocks used of 8"
+    assert answers["text"].reason == "JSON that does not parse (not TensorRT-LLM's iteration stats)"
+
+
+def test_a_slots_answer_that_is_not_slots_costs_the_slots_panel_not_the_scrape():
+    routes = Routes({"/metrics": (200, text("llamacpp-a.prom")), "/slots": (200, "<html>busy</html>")})
+    with route_server(routes) as url:
+        scraper = Scraper(url, timeout_s=2.0)
+        result = scraper.scrape()
+        routes.routes["/slots"] = (200, json.dumps([{"id": 0}]))
+        partial = scraper.scrape()
+        scraper.close()
+    assert result.status == LIVE and result.sample.note == "/slots answered something that is not JSON"
+    assert partial.status == LIVE and partial.sample.note == "/slots entry 0 has no id or is_processing"
+    assert result.sample.max_num_seqs is None and result.sample.running == 4
 
 
 @pytest.mark.parametrize("exposition,reason", [
@@ -152,6 +171,8 @@ def test_trtllm_with_no_new_iteration_is_idle_and_says_why_and_bad_stats_are_ref
     (re.sub(r"^tgi_queue_size .*\n", "", text("tgi-3.3-a.prom"), flags=re.M), "TGI metrics without tgi_queue_size"),
     (text("nim-a.prom").replace("num_request_max", "num_request_most") + "num_request_max 1e300\n",
      "num_request_max = 1e+300: no server runs that many"),
+    (sglang_text(1, 0, 0.1, 10, 20, [0.1]) + "batchtop:max_num_seqs 8\n",
+     "batchtop's own metrics (batchtop:max_num_seqs) beside SGLang's"),
 ])
 def test_an_exposition_of_two_servers_or_without_the_core_gauges_is_bad(exposition, reason):
     with pytest.raises(BadExposition) as info:

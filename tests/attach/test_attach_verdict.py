@@ -157,3 +157,51 @@ def test_the_headless_json_carries_the_verdict_and_its_evidence(tmp_path):
     assert verdict["bound"] == "slots" and verdict["evidence"]["ceiling"] == 4
     assert verdict["evidence"]["ceiling_source"] == "inferred" and verdict["try"].startswith("try: raise --max-num-seqs")
     assert "verdict: slots: running at the ceiling of 4, inferred" in result.output
+
+
+def verdicts_of(name: str) -> list[tuple[float, object]]:
+    trace = read_trace(str(DATA / name))
+    monitor = monitor_for(trace)
+    return [(t, monitor.feed(results, t).verdict) for t, results in recorded_ticks(trace)]
+
+
+def test_real_vllm_with_4_slots_under_32_clients_is_slot_bound_at_an_inferred_4():
+    """vLLM 0.32 CPU, --max-num-seqs 4, vLLM's bench client at --max-concurrency 32 from t=18 s."""
+    verdicts = verdicts_of("attach-vllm-0.32-cpu-4slots-32clients.jsonl.gz")
+    kinds = [k for k, _ in itertools.groupby(v.kind for _, v in verdicts)]
+    assert kinds == ["watching", "idle", "slots"]  # no transient verdict from the idle scrapes before the load
+    during = [v for t, v in verdicts if 25 <= t <= 45]
+    assert {v.kind for v in during} == {"slots"}
+    assert all((v.evidence["ceiling"], v.evidence["ceiling_source"]) == (4, "inferred") for v in during)
+    assert all(v.evidence["waiting_mean"] >= 4 and v.evidence["kv_mean"] < 0.01 for v in during)
+
+
+def test_real_vllm_with_32_slots_under_2_clients_is_client_bound_by_a_low_load():
+    """vLLM 0.32 CPU, --max-num-seqs 32, vLLM's bench client at --max-concurrency 2 from t=13 s."""
+    verdicts = verdicts_of("attach-vllm-0.32-cpu-32slots-2clients.jsonl.gz")
+    during = [v for t, v in verdicts if 18 <= t <= 34]
+    assert {v.kind for v in during} == {"client"} and {v.evidence["pattern"] for v in during} == {"low rate"}
+    assert all(v.evidence["running_max"] == 2 and v.evidence["waiting_share"] == 0 for v in during)
+    # while the load arrives (t = 13-16 s) the idle verdict holds, with the words it had: never
+    # "nothing running" over scrapes in which 2 run
+    idle_lines = {v.line for _, v in verdicts if v.kind == "idle"}
+    assert len(idle_lines) <= 2 and all("in the last 5 s" in line or "in the last 6 s" in line for line in idle_lines)
+
+
+def test_the_ceiling_inferred_stays_while_the_queue_drains():
+    frames = feed(slot_bound(12) + [Tick(4, 0, kv=0.12, steps=(4,) * 40)] * 3)
+    v = frames[-1].verdict
+    assert v.evidence["ceiling"] == 4 and v.evidence["ceiling_source"] == "inferred" and "None" not in v.line + v.advice
+
+
+def test_a_server_that_stops_answering_keeps_its_last_verdict():
+    from batchtop.core_engine.attach.monitor import Monitor
+    from batchtop.core_engine.attach.sample import parse_exposition
+    from batchtop.core_engine.attach.scrape import DOWN, ScrapeResult
+    from tests.support.attach_helpers import live
+    from tests.support.scripted_vllm import ScriptedVllm
+    server, monitor = ScriptedVllm(), Monitor(["a"], max_num_seqs=4)
+    for i, tick in enumerate(slot_bound(10)):
+        last = monitor.feed([live(parse_exposition(server.text(tick), float(i)))], float(i)).verdict
+    down = [monitor.feed([ScrapeResult(DOWN, "refused", None, 0.0)], 10.0 + i).verdict for i in range(6)]
+    assert last.kind == "slots" and all(v == last for v in down)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import prometheus_client
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
 HERE = Path(__file__).resolve().parent
@@ -54,7 +55,7 @@ def tgi(done: int, batch: int, queue: int) -> str:
     max_input, max_total = 4096, 8192
     inputs = [float(200 + 40 * (i % 9)) for i in range(done + batch + queue)]  # validated on arrival
     outputs = [float(256 + 16 * (i % 5)) for i in range(done)]  # observed as each finishes
-    lines = [f"# TYPE tgi_batch_current_size gauge", f"tgi_batch_current_size {batch}", "",
+    lines = ["# TYPE tgi_batch_current_size gauge", f"tgi_batch_current_size {batch}", "",
              "# TYPE tgi_queue_size gauge", f"tgi_queue_size {queue}", "",
              "# TYPE tgi_batch_current_max_tokens gauge", f"tgi_batch_current_max_tokens {batch * 700}", "",
              "# TYPE tgi_request_count counter", f"tgi_request_count {done + batch + queue + 2}", "",
@@ -171,6 +172,7 @@ def trtllm(first_iter: int, n: int, active: int, queued: int, completed_every: i
 
 
 def main() -> None:
+    prometheus_client.disable_created_metrics()  # as LMDeploy does; and no timestamps: the files stay the same
     write = lambda name, text: (HERE / name).write_text(text, encoding="utf-8")  # noqa: E731
     write("tgi-3.3-a.prom", tgi(done=100, batch=12, queue=5))
     write("tgi-3.3-b.prom", tgi(done=110, batch=12, queue=7))
