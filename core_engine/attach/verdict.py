@@ -199,11 +199,14 @@ def explain(kind: str, s: Span | None, p: Pattern | None = None) -> Verdict:
 
 def _client(s: Span, p: Pattern | None, ev: dict[str, object]) -> Verdict:
     of = f" of {s.ceiling} slots" if s.ceiling else ""
+    bursts = p.burst_share if p is not None else None
+    ev["completions_in_busiest_quarter"] = bursts
     if p is not None and p.peak >= BARRIER_PEAK and p.refills >= BARRIER_REFILLS:
         ev.update(pattern="barrier", refills=p.refills, peak=p.peak, trough=p.trough)
+        finish = f", {100 * bursts:.0f}% of the completions in a quarter of the scrapes" if bursts is not None else ""
         return Verdict("client", f"client (batches): nothing waits; running drains to {p.trough:.0f} and refills "
-                                 f"to {p.peak:.0f}{of} ({p.refills} refills in {p.seconds:.0f} s): the requests "
-                                 "arrive in batches",
+                                 f"to {p.peak:.0f}{of} ({p.refills} refills in {p.seconds:.0f} s{finish}): the "
+                                 "requests arrive in batches",
                        "try: send requests in flight, a new one as each finishes, instead of in batches: each "
                        "batch waits for its slowest request (static batching by accident)", ev)
     finished = ev.get("finished_per_s")

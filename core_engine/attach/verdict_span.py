@@ -146,6 +146,16 @@ class Pattern:
     peak: float
     trough: float
     refills: int
+    burst_share: float | None = None  # share of the completions (request_success_total) in the busiest
+    # quarter of the scrapes: near 1 when whole batches finish together, near 0.25 for a steady stream
+
+
+def burst_share(points: list[HistoryPoint]) -> float | None:
+    finished = sorted((p.finished or 0.0 for p in points), reverse=True)
+    total = sum(finished)
+    if total <= 0 or not any(p.finished is not None for p in points):
+        return None
+    return sum(finished[:max(1, len(finished) // 4)]) / total
 
 
 def pattern(points: list[HistoryPoint]) -> Pattern | None:
@@ -160,4 +170,4 @@ def pattern(points: list[HistoryPoint]) -> Pattern | None:
         elif r >= 0.75 * peak and last_low is not None and i - last_low <= 2:
             refills += 1
             last_low = None
-    return Pattern(points[-1].t - points[0].t, peak, min(running), refills)
+    return Pattern(points[-1].t - points[0].t, peak, min(running), refills, burst_share(points))

@@ -96,6 +96,9 @@ def test_client_bound_by_barriers_drains_and_refills():
     assert v.kind == "client" and v.evidence["pattern"] == "barrier"
     assert v.evidence["refills"] == 2 and v.evidence["peak"] == 16 and v.evidence["trough"] == 0
     assert "running drains to 0 and refills to 16 of 16 slots (2 refills in" in v.line
+    # the completions come as the batch drains: 5 of the 7 scrapes of a cycle, so a quarter of the scrapes
+    # holds a third of them, against a quarter for a steady stream
+    assert v.evidence["completions_in_busiest_quarter"] == pytest.approx(10 / 30)
     assert "instead of in batches" in v.advice and "static batching by accident" in v.advice
 
 
