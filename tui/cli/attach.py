@@ -124,7 +124,8 @@ def run_attach(urls: tuple[str, ...], opts: AttachOptions) -> None:
 
     source = AttachSource(setup)
     code = BatchtopApp(source, theme=opts.theme).run() or 0
-    source.done.wait(5.0)  # the feed's last scrape is in the monitor before the workload is drawn from it
-    if opts.export_workload is not None and not export_workload(source.monitor, opts.export_workload):
-        code = code or 1
+    if opts.export_workload is not None:
+        source.done.wait(5.0)  # the feed's last scrape is in the monitor before the workload is drawn from it
+        if not export_workload(source.monitor, opts.export_workload):
+            code = code or 1
     sys.exit(code)
