@@ -16,11 +16,13 @@ the loop then runs on the engine's virtual clock, so its steps are modelled, not
 
 from __future__ import annotations
 
+import math
 import statistics
 from dataclasses import dataclass, replace
 
 from batchtop.core_engine.engine.engine import Engine
 from batchtop.core_engine.sched.request import Request, SamplingParams
+from batchtop.core_engine.workload.raw import MAX_ARRIVAL_S
 from batchtop.core_engine.simulate.clock import VirtualClock
 
 TARGET_SLOT_UTILIZATION = 0.8
@@ -91,12 +93,15 @@ def pace(engine: Engine, requests: list[Request], target: float = TARGET_SLOT_UT
         return None
     concurrency = max(1, min(len(requests), round(target * engine.config.max_num_seqs)))
     tokens_per_s, steps = measure_throughput(engine, requests, concurrency)
-    if tokens_per_s <= 0:
+    if not 0 < tokens_per_s < math.inf:
         return None
     rate = tokens_per_s / statistics.fmean(r.max_tokens for r in requests)
     recorded_rate = (len(requests) - 1) / span
+    time_scale = recorded_rate / rate
+    if not 0 < time_scale < math.inf or not max(arrivals) * time_scale <= MAX_ARRIVAL_S:
+        return None  # no pace this engine can keep: the trace plays at its recorded one
     basis = "simulated" if isinstance(engine.clock, VirtualClock) else "measured"
-    return Pace(recorded_rate / rate, target, concurrency, tokens_per_s, steps, basis)
+    return Pace(time_scale, target, concurrency, tokens_per_s, steps, basis)
 
 
 def paced(requests: list[Request], time_scale: float) -> list[Request]:
