@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from batchtop.core_engine.attach.coverage import coverage
 from batchtop.core_engine.attach.monitor import AttachFrame, Monitor
 from batchtop.core_engine.attach.stats import ReplicaStats
 from batchtop.core_engine.perf.device_peaks import DevicePeaks
@@ -20,7 +21,16 @@ def stats_doc(s: ReplicaStats, peaks: DevicePeaks | None) -> dict:
         "roofline": None if s.point is None else s.point.as_dict(peaks), "roofline_note": s.point_note,
         "counter_resets": s.resets, "ceiling_from": s.ceiling_from, "token_budget": s.token_budget,
         "slots": None if s.slots is None else [slot.as_dict() for slot in s.slots], "note": s.note,
+        "cannot_fill": cannot_fill(s),
     }
+
+
+def cannot_fill(s: ReplicaStats) -> dict[str, str] | None:
+    """What this server's metrics leave empty, in the panels' words; the ceiling counts as filled when
+    the server said it (llama.cpp's /slots answers on most servers, not all)."""
+    if s.flavour is None or s.flavour == "mixed":
+        return None  # no answer yet, or replicas of different servers ("mixed")
+    return {what: why for what, why in coverage(s.flavour).items() if why and not (what == "ceiling" and s.ceiling_from)}
 
 
 def attach_report(monitor: Monitor, frame: AttachFrame, *, interval_s: float, peaks: DevicePeaks | None,

@@ -192,3 +192,26 @@ def test_the_new_fields_of_a_sample_record_and_replay(tmp_path):
     rec.close(0.0)
     (_, [replayed]), = list(recorded_ticks(read_trace(path)))
     assert replayed.sample == result.sample and monitor_for(read_trace(path)).urls == [url]
+
+
+def test_the_json_says_what_each_server_cannot_fill(tmp_path):
+    """TGI: no KV usage, no ceiling; llama.cpp with /slots on: its ceiling is filled, no KV usage."""
+    from click.testing import CliRunner
+
+    from batchtop.tui.cli import main
+    docs = {}
+    for name, routes in (("tgi", Routes({"/metrics": (200, text("tgi-3.3-a.prom"))})),
+                         ("llamacpp", Routes({"/metrics": (200, text("llamacpp-a.prom")),
+                                              "/slots": (200, text("llamacpp-slots.json"))}))):
+        out = tmp_path / f"{name}.json"
+        with route_server(routes) as url:
+            result = CliRunner().invoke(main, ["attach", url, "--headless", "--duration", "0.6", "--interval", "0.2",
+                                               "-o", str(out)])
+        assert result.exit_code == 0, result.output
+        docs[name] = json.loads(out.read_text())
+    tgi = docs["tgi"]["replicas"][0]["cannot_fill"]
+    assert tgi["kv"].startswith("TGI exposes no KV usage") and tgi["ceiling"] == "TGI does not export max_batch_size"
+    assert "lengths" not in tgi  # TGI has its per-request length histograms
+    llama = docs["llamacpp"]["replicas"][0]
+    assert llama["ceiling_from"] == "/slots" and "ceiling" not in llama["cannot_fill"]
+    assert set(llama["cannot_fill"]) >= {"kv", "ttft", "finished", "lengths"}

@@ -6,6 +6,8 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 
+import pytest
+
 from batchtop.core_engine.attach.record import AttachRecorder, attach_header
 from batchtop.core_engine.attach.sample import Slot, parse_exposition
 from batchtop.core_engine.trace.trace import read_trace
@@ -90,3 +92,58 @@ async def test_llamacpp_slots_are_drawn_one_by_one(tmp_path):
         assert panel.border_subtitle == "max_num_seqs from /slots"
         await pilot.press("q")
         await asyncio.sleep(0)
+
+
+def trtllm_samples() -> list:
+    import json
+
+    from batchtop.core_engine.attach.scrape import Scraper
+    from tests.support.route_server import Routes, route_server
+    a, b = (DATA / "trtllm-a.json").read_text(), (DATA / "trtllm-b.json").read_text()
+    routes = Routes({"/metrics": (200, a)})
+    routes.queues["/metrics"] = [(200, a), (200, json.dumps(json.loads(b)))]
+    with route_server(routes) as url:
+        scraper = Scraper(url, timeout_s=2.0)
+        samples = [dataclasses.replace(scraper.scrape().sample, t=float(t)) for t in (0, 2)]
+        scraper.close()
+    return samples
+
+
+def fixture_samples(flavour: str) -> list:
+    from tests.support.attach_helpers import sglang_text
+    if flavour == "sglang":
+        return [parse_exposition(sglang_text(3, 2, 0.4, 100 * t, 40 * t, [0.3] * t), float(t)) for t in (1, 3)]
+    if flavour == "trtllm":
+        return trtllm_samples()
+    return [parse_exposition((DATA / f"{flavour}-{ab}.prom").read_text(), t) for ab, t in (("a", 0.0), ("b", 2.0))]
+
+
+# what each server cannot fill, and where the panels say it (the words of core_engine/attach/coverage.py)
+CANNOT_FILL = {
+    "sglang": {AttachSlotsPanel: ["SGLang does not export max_running_requests"],
+               AttachWaitingPanel: ["SGLang gives no waiting reasons", "SGLang exposes no preemption counter"],
+               AttachMetricsStrip: ["SGLang exposes no per-step token histogram",
+                                    "SGLang exposes no finished-request counter"]},
+    "lmdeploy": {AttachSlotsPanel: ["LMDeploy does not export max_batch_size"],
+                 AttachWaitingPanel: ["LMDeploy gives no waiting reasons", "LMDeploy exposes no preemption counter"]},
+    "nim": {AttachWaitingPanel: ["NIM gives no waiting reasons", "NIM exposes no preemption counter"],
+            AttachMetricsStrip: ["NIM exposes no per-step token histogram"]},
+    "trtllm": {AttachMetricsStrip: ["trtllm-serve's /metrics has no latency histograms",
+                                    "TensorRT-LLM's rates are summed from its iteration stats since attach began"]},
+}
+
+
+@pytest.mark.parametrize("flavour", sorted(CANNOT_FILL))
+async def test_each_servers_panels_say_what_it_cannot_fill(tmp_path, flavour):
+    samples = fixture_samples(flavour)
+    path = str(tmp_path / f"{flavour}.jsonl")
+    record(path, samples)
+    app = BatchtopApp(AttachReplaySource(read_trace(path), speed=64.0))
+    async with app.run_test(size=(200, 46)) as pilot:
+        await run_to_end(pilot, app, len(samples))
+        for panel, words in CANNOT_FILL[flavour].items():
+            rendered = app.query_one(panel).render()
+            shown = rendered.plain if hasattr(rendered, "plain") else str(rendered)
+            for w in words:
+                assert w in shown, (panel.__name__, w, shown)
+        await pilot.press("q")
