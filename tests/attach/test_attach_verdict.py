@@ -208,3 +208,21 @@ def test_a_server_that_stops_answering_keeps_its_last_verdict():
         last = monitor.feed([live(parse_exposition(server.text(tick), float(i)))], float(i)).verdict
     down = [monitor.feed([ScrapeResult(DOWN, "refused", None, 0.0)], 10.0 + i).verdict for i in range(6)]
     assert last.kind == "slots" and all(v == last for v in down)
+
+
+def test_batchtop_serve_says_its_own_ceiling_and_budget_and_the_verdict_uses_them():
+    """batchtop serve's `batchtop:max_num_seqs` is the ceiling, over a --max-num-seqs that disagrees."""
+    from batchtop.core_engine.attach.monitor import Monitor
+    from batchtop.core_engine.attach.sample import parse_exposition
+    from tests.support.attach_helpers import live
+    from tests.support.scripted_vllm import ScriptedVllm
+    knobs = ("# TYPE batchtop:max_num_seqs gauge\nbatchtop:max_num_seqs 4\n"
+             "# TYPE batchtop:max_num_batched_tokens gauge\nbatchtop:max_num_batched_tokens 2048\n")
+    server, monitor = ScriptedVllm(), Monitor(["a"], max_num_seqs=8)
+    for i, tick in enumerate(slot_bound(10)):
+        frame = monitor.feed([live(parse_exposition(server.text(tick) + knobs, float(i)))], float(i))
+    v = frame.verdict
+    assert frame.main.flavour == "batchtop" and v.kind == "slots"
+    assert (v.evidence["ceiling"], v.evidence["ceiling_source"], v.evidence["token_budget"]) == \
+        (4, "batchtop:max_num_seqs", 2048)
+    assert "ceiling of 4 (batchtop:max_num_seqs) in 100% of" in v.line and "above 4" in v.advice
