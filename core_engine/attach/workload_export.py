@@ -78,20 +78,44 @@ def _nudge(values: list[list[int]], target: int) -> None:
                 moved = True
 
 
-def draw_lengths(h: Histogram, n: int, rng: random.Random) -> list[int]:
-    """n lengths (>= 1) distributed as the histogram's buckets, their mean the histogram's mean."""
+def _bucket_ranges(h: Histogram, n: int) -> tuple[list[tuple[int, int, int]], list[tuple[int, int]]]:
+    """(lowest, highest whole length, lines) of each finite bucket given lines, and (lowest, lines) of
+    the one above the highest bound."""
     buckets = step_buckets(h)
     shares = _shares([c for _, _, c in buckets], n)
-    target = n * (h.sum / h.count)
     finite = [(max(1, math.floor(lo) + 1), max(1, math.floor(hi)), k)
               for (lo, hi, _), k in zip(buckets, shares) if k and math.isfinite(hi)]
     tail = [(max(1, math.floor(lo) + 1), k) for (lo, hi, _), k in zip(buckets, shares) if k and not math.isfinite(hi)]
+    return finite, tail
+
+
+def sum_fits(h: Histogram) -> bool:
+    """Whether the histogram's _sum / _count is a mean its buckets allow (every observation somewhere
+    in its bucket, half a token of rounding either way). One that is not (a server that omits _sum, says
+    NaN for it, or whose sum stopped moving) cannot be the lines' mean."""
+    if h.count <= 0 or not math.isfinite(h.sum):
+        return False
+    finite, tail = _bucket_ranges(h, round(h.count))
+    n = sum(k for *_, k in finite) + sum(k for _, k in tail)
+    low = sum(a * k for a, _, k in finite) + sum(a * k for a, k in tail)
+    high = math.inf if tail else sum(b * k for _, b, k in finite)
+    return n > 0 and low / n - 0.5 <= h.sum / h.count <= high / n + 0.5
+
+
+def draw_lengths(h: Histogram, n: int, rng: random.Random) -> list[int]:
+    """n lengths (>= 1) distributed as the histogram's buckets, their mean the histogram's mean (or,
+    where its _sum does not fit its buckets, each bucket's lines spread evenly across it)."""
+    finite, tail = _bucket_ranges(h, n)
+    fits = sum_fits(h)
+    target = n * (h.sum / h.count) if fits else None
     low_sum, high_sum = sum(a * k for a, _, k in finite), sum(b * k for _, b, k in finite)
     if tail:  # above the highest bound: whatever the mean still needs, at least the bound itself
         values = [[v, a, b] for a, b, k in finite for v in _spread(a, b, k, 0.5)]
         lowest, k = tail[0]
-        rest = max(lowest, round((target - sum(v for v, _, _ in values)) / k))
+        rest = lowest if target is None else max(lowest, round((target - sum(v for v, _, _ in values)) / k))
         values += [[rest, lowest, rest] for _ in range(k)]
+    elif target is None:
+        values = [[v, a, b] for a, b, k in finite for v in _spread(a, b, k, 0.5)]
     else:
         f = (target - low_sum) / (high_sum - low_sum) if high_sum > low_sum else 0.0
         values = [[v, a, b] for a, b, k in finite for v in _spread(a, b, k, min(1.0, max(0.0, f)))]
@@ -140,6 +164,8 @@ def build_workload(sessions: list[SessionTotals], urls: list[str], flavour: str 
     rng = random.Random(seed)
     prompt_lens, output_lens = draw_lengths(prompts, n, rng), draw_lengths(outputs, n, rng)
     arrivals = poisson_arrivals(n, rate, rng)
+    prompt_mean = prompts.mean if sum_fits(prompts) else sum(prompt_lens) / n
+    output_mean = outputs.mean if sum_fits(outputs) else sum(output_lens) / n
     lines = [{"id": f"attach-{i}", "prompt_len": p, "max_tokens": m, "arrival_s": a}
              for i, (p, m, a) in enumerate(zip(prompt_lens, output_lens, arrivals))]
     where = ", ".join(urls)
@@ -148,10 +174,17 @@ def build_workload(sessions: list[SessionTotals], urls: list[str], flavour: str 
         f"{total.dt:.1f} s",
         f"arrivals: Poisson at {rate:.3f} requests/s = ({finished:.0f} finished (request_success_total) "
         f"{in_flight:+.0f} in flight) / {total.dt:.1f} s; the n-th arrival at n / rate",
-        f"prompt_len: {prompts.count:.0f} prompts in the prompt-length histogram, mean {prompts.mean:.1f} "
-        f"(these lines: {sum(prompt_lens) / n:.1f}); max_tokens: {outputs.count:.0f} outputs, mean "
-        f"{outputs.mean:.1f} (these lines: {sum(output_lens) / n:.1f})",
+        f"prompt_len: {prompts.count:.0f} prompts in the prompt-length histogram, {_mean_words(prompts)} "
+        f"(these lines: {sum(prompt_lens) / n:.1f}); max_tokens: {outputs.count:.0f} outputs, "
+        f"{_mean_words(outputs)} (these lines: {sum(output_lens) / n:.1f})",
         "each bucket gets its share of the lines, spread inside it; prompt and output lengths are drawn "
         f"independently (the histograms do not pair them); seed {seed}",
     ]
-    return ExportedWorkload(header, lines, rate, prompts.mean, outputs.mean)
+    return ExportedWorkload(header, lines, rate, prompt_mean, output_mean)
+
+
+def _mean_words(h: Histogram) -> str:
+    if sum_fits(h):
+        return f"mean {h.mean:.1f}"
+    return (f"its _sum ({h.sum:g}) not a mean its buckets allow: each bucket's lines spread evenly across it, "
+            "the mean unknown")

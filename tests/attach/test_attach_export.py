@@ -161,3 +161,28 @@ def test_a_live_watch_of_a_server_without_length_histograms_says_why_and_exits_1
     assert ("--export-workload: llama.cpp exposes no per-request length histograms: nothing to draw the lengths "
             f"from; nothing written to {path}") in result.output
     assert not path.exists() and json.loads((tmp_path / "a.json").read_text())["complete"] is True
+
+
+@pytest.mark.parametrize("damage", ["NaN", "gone"])
+def test_a_length_histogram_whose_sum_is_nan_or_missing_is_drawn_from_its_buckets_alone(damage):
+    """Before: the missing _sum read as 0, and the lines' prompt mean was 0 tokens for prompts of 30-400."""
+    import re
+    server, monitor = ScriptedVllm(), Monitor(["http://scripted:8000/metrics"])
+    for i, tick in enumerate(mixed_traffic(12)):
+        text = re.sub(r"(vllm:request_prompt_tokens_sum\{[^}]*\}) \S+\n", r"\1 NaN\n" if damage == "NaN" else "",
+                      server.text(tick))
+        monitor.feed([live(parse_exposition(text, float(i)))], float(i))
+    workload = build_workload([w.session for w in monitor.windows], monitor.urls, "vllm")
+    h = monitor.windows[0].session.delta.histograms["prompt_len"]
+    for lo, hi, count in step_buckets(h):  # every bucket its share of the lines, spread evenly across it
+        inside = [line["prompt_len"] for line in workload.lines if lo < line["prompt_len"] <= hi]
+        assert abs(len(inside) - len(workload.lines) * count / h.count) < 1
+    assert workload.prompt_mean == pytest.approx(sum(x["prompt_len"] for x in workload.lines) / len(workload.lines))
+    low, high = resolution(h)
+    assert low <= workload.prompt_mean <= high
+    assert "its _sum (0) not a mean its buckets allow" in workload.text().splitlines()[2]
+    assert workload.output_mean == pytest.approx(h_mean(monitor, "generation_len"))  # the intact one as before
+
+
+def h_mean(monitor: Monitor, key: str) -> float:
+    return monitor.windows[0].session.delta.histograms[key].mean
