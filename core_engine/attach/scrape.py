@@ -40,7 +40,10 @@ MAX_BYTES = 16 << 20  # a /metrics page far past any real one is not read whole
 def metrics_url(url: str) -> str:
     """The server's base URL with /metrics appended when it is not already there."""
     text = url if "://" in url else f"http://{url}"
-    parts = urlsplit(text)
+    try:
+        parts = urlsplit(text)
+    except ValueError as exc:  # an unclosed [ of an IPv6 host, a bracketed name that is not an address
+        raise ConfigError("URL", f"{url!r} is not a URL ({exc})") from None
     try:
         parts.port
     except ValueError:
