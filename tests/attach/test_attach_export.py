@@ -186,3 +186,20 @@ def test_a_length_histogram_whose_sum_is_nan_or_missing_is_drawn_from_its_bucket
 
 def h_mean(monitor: Monitor, key: str) -> float:
     return monitor.windows[0].session.delta.histograms[key].mean
+
+
+def test_an_export_into_a_fifo_is_written_into_it_whole_and_suggests_no_command(tmp_path):
+    """A FIFO (or /dev/null, a process substitution) is written into, never replaced; it cannot be read
+    back, so the line does not offer `compare --workload` on it."""
+    import os
+    import threading
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    got: list[str] = []
+    reader = threading.Thread(target=lambda: got.append(fifo.read_text()))
+    reader.start()
+    result = CliRunner().invoke(main, ["replay", RECORDING, "--export-workload", str(fifo)])
+    reader.join(10)
+    assert result.exit_code == 0, result.output
+    assert fifo.is_fifo() and sum(not x.startswith("#") for x in got[0].splitlines()) == 64
+    assert f"wrote 64 requests to {fifo} (" in result.output and "try batchtop compare" not in result.output

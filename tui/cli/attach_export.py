@@ -3,9 +3,11 @@ user asked, or one line saying why there is none."""
 
 from __future__ import annotations
 
+import os
+
 from batchtop.core_engine.attach.monitor import Monitor
 from batchtop.core_engine.attach.workload_export import ExportError, build_workload
-from batchtop.core_engine.output_files import OutputError, write_text
+from batchtop.core_engine.output_files import STDOUT, OutputError, write_text
 from batchtop.tui.cli.headless import note
 
 
@@ -20,7 +22,8 @@ def export_workload(monitor: Monitor, path: str) -> bool:
     except OutputError as exc:
         note(f"--export-workload: {exc}")
         return False
+    # a regular file can be read back; /dev/null, a FIFO or stdout cannot: no command to try on them
+    again = f": try batchtop compare --simulate h100 --workload {path}" if path != STDOUT and os.path.isfile(path) else ""
     note(f"wrote {len(workload.lines)} requests to {path} ({workload.rate:.2f}/s, prompt mean "
-         f"{workload.prompt_mean:.0f}, output mean {workload.output_mean:.0f} tokens): try "
-         f"batchtop compare --simulate h100 --workload {path}")
+         f"{workload.prompt_mean:.0f}, output mean {workload.output_mean:.0f} tokens){again}")
     return True
