@@ -48,6 +48,7 @@ def attach_report(monitor: Monitor, frame: AttachFrame, *, interval_s: float, pe
         "replicas": replicas, "aggregate": stats_doc(frame.aggregate, peaks),
         "imbalance": [b.as_dict() | {"line": b.line()} for b in frame.imbalances],
         "verdict": frame.verdict.as_dict() if frame.verdict is not None else None,
+        "verdict_history": [stretch.as_dict() for stretch in monitor.tracker.stretches],
     }
     if replayed_from is not None:
         doc["replayed_from"] = replayed_from

@@ -7,6 +7,7 @@ verdict is confirmed, the line says it is watching, and what the scrapes point t
 from __future__ import annotations
 
 import dataclasses
+from dataclasses import dataclass
 
 from batchtop.core_engine.attach.history import HistoryPoint
 from batchtop.core_engine.attach.verdict import HEADLINES, Verdict, classify, explain
@@ -14,6 +15,27 @@ from batchtop.core_engine.attach.verdict_span import (PATTERN_POINTS, PATTERN_S,
                                                       recent, summarize)
 
 CONFIRM = 3
+MAX_STRETCHES = 200  # the newest kept: a flapping server over a day would otherwise grow it without end
+
+
+@dataclass(frozen=True, slots=True)
+class VerdictStretch:
+    """One verdict held from one tick to another, with the words it last showed: a watch that ends as
+    the load drains still says what bound the batch while the load ran."""
+
+    kind: str
+    from_t: float
+    to_t: float
+    line: str
+    advice: str | None
+
+    @property
+    def seconds(self) -> float:
+        return self.to_t - self.from_t
+
+    def as_dict(self) -> dict:
+        return {"bound": self.kind, "from_s": self.from_t, "to_s": self.to_t, "seconds": self.seconds,
+                "line": self.line, "try": self.advice}
 
 
 class VerdictTracker:
@@ -24,6 +46,7 @@ class VerdictTracker:
         self._streak = 0
         self._last: Verdict | None = None
         self._plateau: int | None = None  # the ceiling the plateau last showed (servers that do not say it)
+        self.stretches: list[VerdictStretch] = []
 
     def update(self, history: tuple[HistoryPoint, ...]) -> Verdict:
         points = recent(history, SPAN_S, SPAN_POINTS)
@@ -52,4 +75,24 @@ class VerdictTracker:
                                                         f"({self._streak} of the {CONFIRM} in a row it takes)")
         self._last = dataclasses.replace(verdict, since_s=None if self.since_t is None else t - self.since_t,
                                          candidate=self._candidate)
+        if points:
+            self._extend(self._last, t)
         return self._last
+
+    def _extend(self, verdict: Verdict, t: float) -> None:
+        last = self.stretches[-1] if self.stretches else None
+        if last is not None and last.kind == verdict.kind:
+            self.stretches[-1] = dataclasses.replace(last, to_t=t, line=verdict.line, advice=verdict.advice)
+            return
+        start = t if self.since_t is None or verdict.kind == "watching" else self.since_t
+        if last is not None and start < last.to_t:
+            start = last.to_t
+        self.stretches.append(VerdictStretch(verdict.kind, start, t, verdict.line, verdict.advice))
+        del self.stretches[:-MAX_STRETCHES]
+
+    def longest(self) -> VerdictStretch | None:
+        """The verdict that held longest over the watch while there was a load (idle only when nothing
+        else held: a watch started long before its load is still about the load)."""
+        held = [s for s in self.stretches if s.kind != "watching"]
+        loaded = [s for s in held if s.kind != "idle"] or held
+        return max(loaded, key=lambda s: s.seconds) if loaded else None

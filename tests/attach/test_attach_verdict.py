@@ -226,3 +226,39 @@ def test_batchtop_serve_says_its_own_ceiling_and_budget_and_the_verdict_uses_the
     assert (v.evidence["ceiling"], v.evidence["ceiling_source"], v.evidence["token_budget"]) == \
         (4, "batchtop:max_num_seqs", 2048)
     assert "ceiling of 4 (batchtop:max_num_seqs) in 100% of" in v.line and "above 4" in v.advice
+
+
+def test_a_watch_that_ends_as_the_load_drains_still_says_what_held_while_it_ran(tmp_path):
+    """The live run of vLLM with 4 slots under 32 clients ended one scrape after the queue emptied:
+    the final verdict is the drain's, the history and 'held longest' say SLOTS for the 30 s of load."""
+    from batchtop.core_engine.attach.record import monitor_for
+    trace = read_trace(str(DATA / "attach-vllm-0.32-cpu-4slots-32clients-drained.jsonl.gz"))
+    monitor = monitor_for(trace)
+    for t, results in recorded_ticks(trace):
+        frame = monitor.feed(results, t)
+    assert frame.verdict.kind == "unclear" and "full, nothing waits yet" in frame.verdict.line
+    stretches = monitor.tracker.stretches
+    assert [s.kind for s in stretches][:3] == ["watching", "idle", "slots"]
+    slots = stretches[2]
+    assert slots.from_t == pytest.approx(21, abs=1) and slots.seconds >= 25 and "ceiling of 4, inferred" in slots.line
+    assert monitor.tracker.longest() == slots  # not the 16 s idle before the load
+    from batchtop.tui.cli.attach import verdict_lines
+    end, held = verdict_lines(monitor, frame)
+    assert end.startswith("verdict: full, nothing waits yet") and held.startswith("held longest: slots for 30 s of 52 s")
+    assert "ceiling of 4, inferred" in held and held.endswith("or add replicas")
+    assert all(a.to_t <= b.from_t for a, b in zip(stretches, stretches[1:]))
+
+
+def test_the_headless_json_and_lines_carry_the_verdict_history(tmp_path):
+    out = tmp_path / "attach.json"
+    ticks = slot_bound(8) + [Tick(0, 0, kv=0.0)] * 400  # the load, then nothing till the watch ends
+    with scripted_server(ticks) as url:
+        result = CliRunner().invoke(main, ["attach", url, "--headless", "--duration", "4", "--interval", "0.1",
+                                           "-o", str(out)])
+    assert result.exit_code == 0, result.output
+    doc = json.loads(out.read_text())
+    bounds = [s["bound"] for s in doc["verdict_history"]]
+    assert doc["verdict"]["bound"] not in ("slots", "watching") and "slots" in bounds, bounds
+    slots = doc["verdict_history"][bounds.index("slots")]
+    assert slots["seconds"] == pytest.approx(slots["to_s"] - slots["from_s"]) and slots["try"].startswith("try: raise")
+    assert f"verdict: {doc['verdict']['line']}" in result.output

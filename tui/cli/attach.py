@@ -9,7 +9,7 @@ import sys
 import time
 import traceback
 
-from batchtop.core_engine.attach.monitor import AttachFrame
+from batchtop.core_engine.attach.monitor import AttachFrame, Monitor
 from batchtop.core_engine.attach.poller import LivePoller
 from batchtop.core_engine.attach.peaks import attach_peaks
 from batchtop.core_engine.attach.report import attach_report
@@ -101,8 +101,8 @@ def run_headless(setup: AttachSetup) -> int:
     for s in frame.replicas:
         if s.status != "LIVE":
             note(f"{s.name}: {s.status}: {s.reason}")
-    if frame.verdict is not None:
-        note(f"verdict: {frame.verdict.line}" + (f"; {frame.verdict.advice}" if frame.verdict.advice else ""))
+    for line in verdict_lines(monitor, frame):
+        note(line)
     exported = opts.export_workload is None or export_workload(monitor, opts.export_workload)
     if error is not None:
         note(f"error: {error}; the JSON holds what was seen before it")
@@ -110,6 +110,20 @@ def run_headless(setup: AttachSetup) -> int:
     if not complete:
         return exit_code
     return 0 if written and exported else 1
+
+
+def verdict_lines(monitor: Monitor, frame: AttachFrame) -> list[str]:
+    """The verdict at the end of the watch and, when another held longer (the end is a load draining),
+    that one too."""
+    if frame.verdict is None:
+        return []
+    out = [f"verdict: {frame.verdict.line}" + (f"; {frame.verdict.advice}" if frame.verdict.advice else "")]
+    longest = monitor.tracker.longest()
+    if longest is not None and longest.kind != frame.verdict.kind:
+        out.append(f"held longest: {longest.kind} for {longest.seconds:.0f} s of {frame.t:.0f} s (t = "
+                   f"{longest.from_t:.0f}-{longest.to_t:.0f} s): {longest.line}"
+                   + (f"; {longest.advice}" if longest.advice else ""))
+    return out
 
 
 def run_attach(urls: tuple[str, ...], opts: AttachOptions) -> None:
