@@ -7,8 +7,9 @@ bucket gets its share of the lines (largest remainder), spread inside the bucket
 is the histogram's own (its _sum / _count): the file matches the server to within a bucket, and its
 mean exactly, rounding aside. The histograms do not pair a prompt with its output, so the two are
 drawn independently. Arrivals are a Poisson process at the rate requests reached the server: those
-that finished (request_success_total) plus the change in those in flight, over the watch, with the
-n-th arrival at n / rate. A `#` header says all of this in the file itself.
+that finished (request_success_total) plus the change in those in flight, over the watch less its
+quiet scrapes before the first request and after the last (session.py), with the n-th arrival at
+n / rate. A `#` header says all of this in the file itself.
 """
 
 from __future__ import annotations
@@ -169,9 +170,12 @@ def build_workload(sessions: list[SessionTotals], urls: list[str], flavour: str 
     lines = [{"id": f"attach-{i}", "prompt_len": p, "max_tokens": m, "arrival_s": a}
              for i, (p, m, a) in enumerate(zip(prompt_lens, output_lens, arrivals))]
     where = ", ".join(urls)
+    watched = max(s.watched_s for s in sessions)
+    quiet = (f" of traffic (a {watched:.1f} s watch, less its quiet scrapes before the first request and "
+             "after the last)") if watched > total.dt + 1e-9 else ""
     header = [
         f"batchtop attach --export-workload: {n} requests as {label(flavour)} at {where} saw them over "
-        f"{total.dt:.1f} s",
+        f"{total.dt:.1f} s{quiet}",
         f"arrivals: Poisson at {rate:.3f} requests/s = ({finished:.0f} finished (request_success_total) "
         f"{in_flight:+.0f} in flight) / {total.dt:.1f} s; the n-th arrival at n / rate",
         f"prompt_len: {prompts.count:.0f} prompts in the prompt-length histogram, {_mean_words(prompts)} "

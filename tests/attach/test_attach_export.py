@@ -203,3 +203,27 @@ def test_an_export_into_a_fifo_is_written_into_it_whole_and_suggests_no_command(
     assert result.exit_code == 0, result.output
     assert fifo.is_fifo() and sum(not x.startswith("#") for x in got[0].splitlines()) == 64
     assert f"wrote 64 requests to {fifo} (" in result.output and "try batchtop compare" not in result.output
+
+
+def test_the_quiet_scrapes_before_the_load_and_after_it_do_not_dilute_the_rate():
+    """The live vLLM run (32 slots, 2 clients) began 22 s before its load: 24 requests exported at
+    0.52/s over the 45.8 s watch where vLLM's bench client sent them at 0.92/s."""
+    quiet = [Tick(0, 0, kv=0.0)] * 10
+    monitor = session(quiet + mixed_traffic(30) + quiet)  # 2 requests finish a second while the load runs
+    workload = build_workload([w.session for w in monitor.windows], monitor.urls, "vllm")
+    assert len(workload.lines) == 60
+    assert 60 / 31 <= workload.rate <= 60 / 29  # the load's 30 s, to a scrape at either end (not 60 / 49 s)
+    assert "over 31.0 s of traffic (a 49.0 s watch, less its quiet scrapes" in workload.header[0]
+    gap = session(mixed_traffic(10) + quiet + mixed_traffic(10))  # a quiet gap inside the traffic is its own
+    # 29 intervals, 2 finished in each busy one but the very first (no scrape before it): 38 requests
+    assert build_workload([w.session for w in gap.windows], gap.urls, "vllm").rate == pytest.approx(38 / 29)
+
+
+def test_the_real_vllm_run_that_began_before_its_load_exports_the_load_rate():
+    trace = read_trace(str(DATA / "attach-vllm-0.32-cpu-4slots-32clients-drained.jsonl.gz"))
+    monitor = monitor_for(trace)
+    for t, results in recorded_ticks(trace):
+        monitor.feed(results, t)
+    workload = build_workload([w.session for w in monitor.windows], monitor.urls, "vllm")
+    # vLLM's bench client: 64 requests in 34.3 s (1.87/s); the watch: 52 s, the first 20 s idle
+    assert len(workload.lines) == 64 and workload.rate == pytest.approx(64 / 34.3, rel=0.05)
