@@ -46,6 +46,7 @@ class SessionTotals:
         self.last_in_flight: float | None = None
         self._quiet: Delta | None = None  # the quiet intervals since the last busy one
         self._before: float | None = None  # in flight at the sample before the newest
+        self.not_one_server: str | None = None  # why these totals are not one server's traffic
         self._now: float | None = None
 
     def add(self, d: Delta | None) -> None:

@@ -53,8 +53,12 @@ class VerdictTracker:
         span = summarize(points, self._plateau)
         if span is not None and span.ceiling_source == "inferred":
             self._plateau = span.ceiling
-        if span is None and self._last is not None:
-            return self._last  # no fresh scrape (the server is not answering): the last answer holds
+        newest = history[-1] if history else None
+        stale = newest is None or newest.dt is None or newest.running is None
+        if (span is None or stale) and self._last is not None:
+            # no fresh scrape this tick (DOWN, BAD, just restarted): the last answer holds, and the older
+            # scrapes it rests on count once, not again on every tick until the server answers
+            return self._last
         arrivals = pattern(recent(history, PATTERN_S, PATTERN_POINTS))
         raw = classify(span, arrivals)
         t = points[-1].t if points else 0.0

@@ -20,6 +20,9 @@ from batchtop.core_engine.attach.session import SessionTotals
 __all__ = ["Delta", "ReplicaWindow", "delta"]
 
 
+FLAP_RESETS, FLAP_SCRAPES = 3, 10  # this many restarts within this many scrapes: not one server
+
+
 def _too_fast(d: Delta | None) -> str | None:
     """A counter growing faster than a float holds per second: no server counts that, no panel draws it."""
     for key, rate in (d.per_s.items() if d is not None else ()):
@@ -41,6 +44,8 @@ class ReplicaWindow:
         self.last_latency_s: float | None = None
         self.status_counts: dict[str, int] = {}  # scrapes by status, for the JSON's health
         self.session = SessionTotals()
+        self._taken = 0
+        self._reset_at: deque[int] = deque(maxlen=FLAP_RESETS)  # which takes restarted the counters
 
     def add(self, result: ScrapeResult) -> None:
         status, reason, sample = result.status, result.reason, result.sample
@@ -68,8 +73,21 @@ class ReplicaWindow:
             elif backwards is not None or restarted(before, sample):
                 self.samples.clear()
                 self.resets += 1
+                self._reset_at.append(self._taken)
             elif (too_fast := _too_fast(delta(before, sample))) is not None:
                 return too_fast
+        self._taken += 1
+        if len(self._reset_at) == FLAP_RESETS and self._taken - self._reset_at[0] <= FLAP_SCRAPES:
+            # counters that fall back every few scrapes are two servers taking turns behind one URL (a
+            # load balancer): each step up between them is a rate no server had. No interval is taken
+            # in; the newest sample stays so the next drop is still seen.
+            self.samples.clear()
+            self.samples.append(sample)
+            reason = (f"counters restarted {FLAP_RESETS} times in {self._taken - self._reset_at[0]} scrapes: more "
+                      "than one server answers this URL (a load balancer?), or it restarts every few seconds; "
+                      "attach each server's own URL")
+            self.session.not_one_server = self.session.not_one_server or reason
+            return reason
         self.samples.append(sample)
         self.session.saw(sample)
         if len(self.samples) >= 2:

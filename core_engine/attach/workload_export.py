@@ -149,6 +149,9 @@ def merged(sessions: list[SessionTotals]) -> tuple[Delta | None, float]:
 
 
 def build_workload(sessions: list[SessionTotals], urls: list[str], flavour: str | None, seed: int = 0) -> ExportedWorkload:
+    for url, s in zip(urls, sessions):
+        if s.not_one_server:
+            raise ExportError(f"{url}: {s.not_one_server}: its counters are not one server's traffic")
     total, in_flight = merged(sessions)
     if total is None or total.dt <= 0:
         raise ExportError("the watch saw no two scrapes of a live server in a row: nothing to measure")

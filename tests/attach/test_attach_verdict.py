@@ -262,3 +262,43 @@ def test_the_headless_json_and_lines_carry_the_verdict_history(tmp_path):
     slots = doc["verdict_history"][bounds.index("slots")]
     assert slots["seconds"] == pytest.approx(slots["to_s"] - slots["from_s"]) and slots["try"].startswith("try: raise")
     assert f"verdict: {doc['verdict']['line']}" in result.output
+
+
+def test_scrapes_that_brought_nothing_new_never_confirm_a_verdict():
+    """One fresh tick pointed to SLOTS; the server then went DOWN. Before: the same old scrapes were
+    judged again on every DOWN tick, and SLOTS was 'confirmed' by three ticks that saw no server."""
+    from batchtop.core_engine.attach.monitor import Monitor
+    from batchtop.core_engine.attach.sample import parse_exposition
+    from batchtop.core_engine.attach.scrape import DOWN, ScrapeResult
+    from tests.support.attach_helpers import live
+    from tests.support.scripted_vllm import ScriptedVllm
+    server, monitor = ScriptedVllm(), Monitor(["a"], max_num_seqs=4)
+    for i, tick in enumerate(slot_bound(4)):
+        before = monitor.feed([live(parse_exposition(server.text(tick), float(i)))], float(i)).verdict
+    assert before.kind == "watching" and before.candidate == "slots"
+    down = [monitor.feed([ScrapeResult(DOWN, "refused", None, 0.0)], 4.0 + i).verdict for i in range(6)]
+    assert all(v == before for v in down)
+
+
+def test_two_servers_taking_turns_behind_one_url_are_bad_not_a_rate():
+    """A load balancer in front of two vLLM replicas: the counters fall back on every other scrape and
+    jump forward on the next. Before: 2480 generation tok/s where each server made 80."""
+    from batchtop.core_engine.attach.monitor import Monitor
+    from batchtop.core_engine.attach.sample import parse_exposition
+    from tests.support.attach_helpers import live
+    from tests.support.scripted_vllm import ScriptedVllm
+    tick = Tick(4, 10, kv=0.2, steps=(4,) * 20, finished=((64, 100),))
+    a, b, monitor = ScriptedVllm(), ScriptedVllm(), Monitor(["lb"])
+    for _ in range(30):
+        b.text(tick)  # b started earlier: its counters are ahead
+    frames = []
+    for i in range(16):
+        a_text, b_text = a.text(tick), b.text(tick)
+        frames.append(monitor.feed([live(parse_exposition(b_text if i % 2 else a_text, float(i)))], float(i)))
+    late = [f.main for f in frames[8:]]
+    assert all(s.status == "BAD" and s.rates.get("generation_tokens") is None for s in late)
+    assert late[-1].reason.startswith("counters restarted 3 times in") and "a load balancer?" in late[-1].reason
+    assert all(f.verdict.kind == "watching" for f in frames)
+    from batchtop.core_engine.attach.workload_export import ExportError, build_workload
+    with pytest.raises(ExportError, match="^lb: counters restarted 3 times .* not one server's traffic"):
+        build_workload([w.session for w in monitor.windows], monitor.urls, "vllm")
