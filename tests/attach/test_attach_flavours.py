@@ -223,3 +223,16 @@ def test_the_json_says_what_each_server_cannot_fill(tmp_path):
     llama = docs["llamacpp"]["replicas"][0]
     assert llama["ceiling_from"] == "/slots" and "ceiling" not in llama["cannot_fill"]
     assert set(llama["cannot_fill"]) >= {"kv", "ttft", "finished", "lengths"}
+
+
+def test_the_flavour_comes_from_the_answer_never_the_url():
+    """NIM at its /v1/metrics, and vLLM's names at a path that says sglang: each read as what it answered."""
+    routes = Routes({"/v1/metrics": (200, text("nim-a.prom")), "/sglang/metrics": (200, VLLM_IDLE.read_text()),
+                     "/vllm/metrics": (200, text("tgi-3.3-a.prom"))})
+    with route_server(routes) as url:
+        flavours = {}
+        for path in ("/v1/metrics", "/sglang", "/vllm/metrics"):
+            scraper = Scraper(url + path, timeout_s=2.0)
+            flavours[path] = scraper.scrape().sample.flavour
+            scraper.close()
+    assert flavours == {"/v1/metrics": NIM, "/sglang": "vllm", "/vllm/metrics": TGI}
