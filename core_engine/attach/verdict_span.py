@@ -19,6 +19,7 @@ PATTERN_S = 60.0  # the arrival pattern: the last minute, or at least the last 2
 PATTERN_POINTS = 20
 PLATEAU_SHARE = 0.6  # an inferred ceiling: running held at its peak in 60% of the scrapes that waited
 PLATEAU_MIN = 3
+DRAINED, REFILL = 0.25, 2 / 3  # a batch client: running drains to a quarter of its peak, refills to two thirds
 
 
 def _empty(p: HistoryPoint) -> bool:
@@ -165,9 +166,9 @@ def pattern(points: list[HistoryPoint]) -> Pattern | None:
     peak = max(running)
     refills, last_low = 0, None
     for i, r in enumerate(running):
-        if r <= 0.25 * peak:
+        if r <= DRAINED * peak:
             last_low = i
-        elif r >= 0.75 * peak and last_low is not None and i - last_low <= 2:
+        elif r >= REFILL * peak and last_low is not None and i - last_low <= 2:
             refills += 1
             last_low = None
     return Pattern(points[-1].t - points[0].t, peak, min(running), refills, burst_share(points))

@@ -90,3 +90,18 @@ def test_two_servers_taking_turns_behind_one_url_are_bad_not_a_rate():
     from batchtop.core_engine.attach.workload_export import ExportError, build_workload
     with pytest.raises(ExportError, match="^lb: counters restarted 3 times .* not one server's traffic"):
         build_workload([w.session for w in monitor.windows], monitor.urls, "vllm")
+
+
+def test_real_vllm_under_a_client_that_sends_batches_is_client_bound_in_batches():
+    """vLLM 0.32 CPU, 16 slots, examples/batch_client.py (batches of 16, each awaited whole): running
+    16, 11, 2, 1, 1, 0, 11, 1, ... Before: 'client (low load)', the refill to 11 of 16 under the 3/4 bar."""
+    from batchtop.core_engine.attach.record import monitor_for
+    trace = read_trace(str(DATA / "attach-vllm-0.32-cpu-16slots-batch-client.jsonl.gz"))
+    monitor = monitor_for(trace)
+    verdicts = [(t, monitor.feed(results, t).verdict) for t, results in recorded_ticks(trace)]
+    settled = [v for _, v in verdicts if v.kind != "watching"]
+    assert settled and {v.kind for v in settled} == {"client"}
+    after_second_refill = [v for t, v in verdicts if t >= 8.5]  # the second batch arrives at t = 8 s
+    assert after_second_refill and all(v.evidence["pattern"] == "barrier" for v in after_second_refill)
+    assert settled[-1].evidence["peak"] == 16 and settled[-1].evidence["refills"] >= 2
+    assert "instead of in batches" in settled[-1].advice
