@@ -106,7 +106,8 @@ def aggregate(replicas: list[ReplicaStats], windows: list[Delta | None], interva
         latency_table(window), window.dt if window is not None else None,
         dict(window.success) if window is not None else {}, point,
         None if point is not None else next((s.point_note for s in known if s.point_note), None),
-        sum(s.resets for s in replicas))
+        sum(s.resets for s in replicas), known[0].ceiling_from if all(seqs) else None,
+        budgets.pop() if len(budgets := {s.token_budget for s in known}) == 1 else None)
 
 
 def imbalances(replicas: list[ReplicaStats]) -> list[Imbalance]:

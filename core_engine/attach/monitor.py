@@ -1,6 +1,7 @@
 """The attach loop's state: a window per replica, fed by live scrapes or by a recording, and the frame
 every consumer reads (the dashboard, the headless JSON, the replay): per-replica stats, the
-aggregate, the imbalance and a short history for the strip charts.
+aggregate, the imbalance, the verdict on what bounds the batch, and a short history of the signals
+behind it (which the strip charts draw too).
 """
 
 from __future__ import annotations
@@ -9,22 +10,17 @@ import dataclasses
 from collections import deque
 from dataclasses import dataclass
 
-from batchtop.core_engine.attach.aggregate import Imbalance, aggregate, imbalances
-from batchtop.core_engine.attach.roofline_point import ModelEstimate, RooflinePoint
+from batchtop.core_engine.attach.aggregate import Imbalance, aggregate, imbalances, merge_deltas
+from batchtop.core_engine.attach.history import HistoryPoint, history_point
+from batchtop.core_engine.attach.roofline_point import ModelEstimate
 from batchtop.core_engine.attach.scrape import ScrapeResult
 from batchtop.core_engine.attach.stats import ReplicaStats, build_stats
 from batchtop.core_engine.attach.window import ReplicaWindow
+from batchtop.core_engine.attach.verdict import Verdict
+from batchtop.core_engine.attach.verdict_tracker import VerdictTracker
 
-HISTORY = 240  # intervals the strip charts and the roofline trail remember
-
-
-@dataclass(frozen=True, slots=True)
-class HistoryPoint:
-    t: float
-    running: float | None
-    waiting: float | None
-    gen_tok_s: float | None
-    point: RooflinePoint | None
+HISTORY = 240  # intervals the strip charts, the roofline trail and the verdict remember
+__all__ = ["AttachFrame", "HistoryPoint", "Monitor"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,6 +31,7 @@ class AttachFrame:
     aggregate: ReplicaStats
     imbalances: tuple[Imbalance, ...]
     history: tuple[HistoryPoint, ...]
+    verdict: Verdict | None = None
 
     @property
     def main(self) -> ReplicaStats:
@@ -54,6 +51,8 @@ class Monitor:
         self.tick = 0
         self.t = 0.0
         self._history: deque[HistoryPoint] = deque(maxlen=HISTORY)
+        self.tracker = VerdictTracker()
+        self.verdict: Verdict | None = None
 
     def feed(self, results: list[ScrapeResult], t: float) -> AttachFrame:
         for window, result in zip(self.windows, results):
@@ -61,13 +60,17 @@ class Monitor:
         self.tick += 1
         self.t = t
         frame = self.frame()
-        m = frame.main
-        self._history.append(HistoryPoint(t, m.running, m.waiting, m.rates.get("generation_tokens"), m.point))
-        return dataclasses.replace(frame, history=tuple(self._history))
+        intervals = [w.interval() for w in self.windows]
+        main_interval = intervals[0] if len(intervals) == 1 else merge_deltas([d for d in intervals if d is not None])
+        self._history.append(history_point(t, frame.main, main_interval))
+        history = tuple(self._history)
+        self.verdict = self.tracker.update(history)
+        return dataclasses.replace(frame, history=history, verdict=self.verdict)
 
     def frame(self) -> AttachFrame:
         stats = [build_stats(w.url, w.status, w.reason, w.latest, w.interval(), w.window(),
                              user_max_num_seqs=self.max_num_seqs, estimate=self.estimate, resets=w.resets)
                  for w in self.windows]
         agg = aggregate(stats, [w.window() for w in self.windows], [w.interval() for w in self.windows])
-        return AttachFrame(self.t, self.tick, tuple(stats), agg, tuple(imbalances(stats)), tuple(self._history))
+        return AttachFrame(self.t, self.tick, tuple(stats), agg, tuple(imbalances(stats)), tuple(self._history),
+                           self.verdict)

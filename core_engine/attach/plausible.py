@@ -15,7 +15,7 @@ from batchtop.core_engine.attach.sample import KV_SLACK, ReplicaSample
 
 GAUGES = ("running", "waiting", "kv_usage", "kv_capacity_tokens")
 GROUPS = ("waiting_by_reason", "counters", "success")
-SIZES = ("num_gpu_blocks", "block_size", "max_num_seqs")
+SIZES = ("num_gpu_blocks", "block_size", "max_num_seqs", "token_budget")
 
 
 def histogram_problem(h: Histogram) -> str | None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 
-from batchtop.core_engine.attach.flavours import NAMES
+from batchtop.core_engine.attach.flavours import FLAVOURS
 from batchtop.core_engine.attach.scrape import BAD, DOWN, LIVE, STALE
 from batchtop.core_engine.config import ModelConfig
 from batchtop.core_engine.errors import BadInput
@@ -93,12 +93,38 @@ def _histogram(v: object) -> str | None:
     return problem
 
 
+def _flag(v: object) -> str | None:
+    return None if isinstance(v, bool) else f"must be true or false, got {v!r}"
+
+
+def _slot(v: object) -> str | None:
+    return _fields(v, {"id": whole, "processing": _flag, "n_ctx": optional(whole), "n_decoded": optional(whole)},
+                   ("id", "processing")) or _no_other_fields(v, ("id", "processing", "n_ctx", "n_decoded"))
+
+
+def _no_other_fields(v: object, known: tuple[str, ...]) -> str | None:
+    extra = sorted(set(v) - set(known)) if isinstance(v, dict) else []
+    return f".{extra[0]} is not a field of a slot" if extra else None
+
+
+def _slots(v: object) -> str | None:
+    if not isinstance(v, list):
+        return f"must be a list, got {v!r}"
+    for i, item in enumerate(v):
+        problem = _slot(item)
+        if problem is not None:
+            return f"[{i}]" + (problem if problem.startswith(".") else f" {problem}")
+    return None
+
+
 SAMPLE_FIELDS: dict[str, Check] = {
-    "t": number(0.0), "flavour": one_of(tuple(NAMES)), "model_name": optional(text),
+    "t": number(0.0), "flavour": one_of(FLAVOURS), "model_name": optional(text),
     "running": optional(real), "waiting": optional(real), "waiting_by_reason": optional(mapping_of(real)),
     "kv_usage": optional(real), "counters": optional(mapping_of(real)), "success": optional(mapping_of(real)),
     "histograms": optional(mapping_of(_histogram)), "num_gpu_blocks": optional(whole),
-    "block_size": optional(whole), "kv_capacity_tokens": optional(real), "max_num_seqs": optional(whole), "mode": optional(text), "start_time": optional(real),
+    "block_size": optional(whole), "kv_capacity_tokens": optional(real), "max_num_seqs": optional(whole),
+    "mode": optional(text), "start_time": optional(real), "ceiling_from": optional(text),
+    "token_budget": optional(whole), "slots": optional(_slots), "note": optional(text),
 }
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from batchtop.core_engine.attach.coverage import coverage
 from batchtop.core_engine.attach.monitor import AttachFrame, Monitor
 from batchtop.core_engine.attach.stats import ReplicaStats
 from batchtop.core_engine.perf.device_peaks import DevicePeaks
@@ -18,8 +19,18 @@ def stats_doc(s: ReplicaStats, peaks: DevicePeaks | None) -> dict:
         "rates_per_s": s.rates, "window_rates_per_s": s.window_rates, "tokens_per_step": s.tokens_per_step,
         "latency_s": s.latency, "window_s": s.window_s, "finished": s.finished, "success_rate": s.success_rate,
         "roofline": None if s.point is None else s.point.as_dict(peaks), "roofline_note": s.point_note,
-        "counter_resets": s.resets,
+        "counter_resets": s.resets, "ceiling_from": s.ceiling_from, "token_budget": s.token_budget,
+        "slots": None if s.slots is None else [slot.as_dict() for slot in s.slots], "note": s.note,
+        "cannot_fill": cannot_fill(s),
     }
+
+
+def cannot_fill(s: ReplicaStats) -> dict[str, str] | None:
+    """What this server's metrics leave empty, in the panels' words; the ceiling counts as filled when
+    the server said it (llama.cpp's /slots answers on most servers, not all)."""
+    if s.flavour is None or s.flavour == "mixed":
+        return None  # no answer yet, or replicas of different servers ("mixed")
+    return {what: why for what, why in coverage(s.flavour).items() if why and not (what == "ceiling" and s.ceiling_from)}
 
 
 def attach_report(monitor: Monitor, frame: AttachFrame, *, interval_s: float, peaks: DevicePeaks | None,
@@ -36,6 +47,8 @@ def attach_report(monitor: Monitor, frame: AttachFrame, *, interval_s: float, pe
         "device": {"peaks": peaks.as_dict() if peaks is not None else None, "source": peaks_note},
         "replicas": replicas, "aggregate": stats_doc(frame.aggregate, peaks),
         "imbalance": [b.as_dict() | {"line": b.line()} for b in frame.imbalances],
+        "verdict": frame.verdict.as_dict() if frame.verdict is not None else None,
+        "verdict_history": [stretch.as_dict() for stretch in monitor.tracker.stretches],
     }
     if replayed_from is not None:
         doc["replayed_from"] = replayed_from

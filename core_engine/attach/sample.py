@@ -3,7 +3,8 @@ numbers attach shows, summed over the label sets a server splits them by (engine
 
 Each series attach reads must be believable before it is summed: the same series twice (same name,
 same labels), a negative gauge or counter, a KV share above 1 or a sum too large for a float make the
-exposition BAD (plausible.py checks the parsed sample again, for replays).
+exposition BAD (plausible.py checks the parsed sample again, for replays). So does an exposition that
+mixes two servers' names, or lacks the running and waiting gauges its server always exposes.
 """
 
 from __future__ import annotations
@@ -14,20 +15,34 @@ from dataclasses import dataclass, field
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from batchtop.core_engine.attach.flavours import (BATCHTOP_MAX_NUM_SEQS, BATCHTOP_MODE, NAMES, MetricNames,
-                                                  detect_flavour)
+from batchtop.core_engine.attach.flavours import (BATCHTOP_MAX_NUM_SEQS, BATCHTOP_MODE, LABELS, NAMES,
+                                                  MetricNames, detect_flavour)
 from batchtop.core_engine.attach.histogram import Histogram
 from batchtop.core_engine.config import MAX_NUM_SEQS_LIMIT
 
 COUNTERS = ("prompt_tokens", "generation_tokens", "preemptions", "flops", "read_bytes", "write_bytes",
             "prefix_queries", "prefix_hits")
 HISTOGRAMS = ("ttft", "itl", "e2e", "queue_time", "iteration_tokens", "prompt_len", "generation_len")
+MAX_SIZE = 1 << 31  # a slot ceiling or step budget past this is no real server's
 KV_SLACK = 1e-6  # float noise above a full pool
 START_TIME = "process_start_time_seconds"  # prometheus_client's process collector: a new value is a restart
 
 
 class BadExposition(ValueError):
-    """Not Prometheus text, or Prometheus text without any vLLM, SGLang or batchtop metric."""
+    """Not Prometheus text (nor TensorRT-LLM's JSON), or text no server attach knows would send."""
+
+
+@dataclass(frozen=True, slots=True)
+class Slot:
+    """One of llama.cpp's slots, from its /slots endpoint."""
+
+    id: int
+    processing: bool
+    n_ctx: int | None = None  # tokens of context this slot may hold
+    n_decoded: int | None = None  # tokens its current request has generated
+
+    def as_dict(self) -> dict:
+        return {"id": self.id, "processing": self.processing, "n_ctx": self.n_ctx, "n_decoded": self.n_decoded}
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,22 +60,29 @@ class ReplicaSample:
     num_gpu_blocks: int | None = None
     block_size: int | None = None
     kv_capacity_tokens: float | None = None
-    max_num_seqs: int | None = None  # batchtop serve says; vLLM and SGLang do not expose it
+    max_num_seqs: int | None = None  # the slot ceiling, where the server says it (ceiling_from: which metric)
     mode: str | None = None  # batchtop serve's batching policy
     start_time: float | None = None  # process_start_time_seconds, when the server exposes it
+    ceiling_from: str | None = None
+    token_budget: int | None = None  # the most tokens one step may hold, where the server says it
+    slots: tuple[Slot, ...] | None = None  # llama.cpp's /slots
+    note: str | None = None  # what this scrape could not read (llama.cpp's /slots off, no new iterations)
 
     def as_dict(self) -> dict:
-        out = {k: getattr(self, k) for k in self.__slots__ if k != "histograms"}
+        out = {k: getattr(self, k) for k in self.__slots__ if k not in ("histograms", "slots")}
         out["histograms"] = {k: h.as_dict() for k, h in self.histograms.items()}
+        out["slots"] = None if self.slots is None else [s.as_dict() for s in self.slots]
         return out
 
     @classmethod
     def from_dict(cls, data: dict) -> ReplicaSample:
-        fields = {k: data.get(k) for k in cls.__slots__ if k != "histograms"}
+        """A recorded sample; fields added since it was recorded stay at their defaults."""
+        fields = {k: data.get(k) for k in cls.__slots__ if k not in ("histograms", "slots")}
         for k in ("waiting_by_reason", "counters", "success"):
             fields[k] = dict(fields[k] or {})
         hists = {k: Histogram.from_dict(h) for k, h in (data.get("histograms") or {}).items()}
-        return cls(**fields, histograms=hists)
+        slots = data.get("slots")
+        return cls(**fields, histograms=hists, slots=None if slots is None else tuple(Slot(**s) for s in slots))
 
 
 class _Samples:
@@ -68,9 +90,11 @@ class _Samples:
 
     def __init__(self, text: str) -> None:
         self.by_name: dict[str, list[tuple[dict[str, str], float]]] = defaultdict(list)
+        self.names: set[str] = set()  # every sample name, NaN-valued ones too
         try:
             for family in text_string_to_metric_families(text):
                 for s in family.samples:
+                    self.names.add(s.name)
                     value = float(s.value)
                     if math.isfinite(value):  # Prometheus text may say NaN or +Inf: shown as not exposed,
                         self.by_name[s.name].append((s.labels, value))  # never carried into JSON or a trace
@@ -92,6 +116,8 @@ class _Samples:
                     raise BadExposition(f"{_series(name, labels)} = {value:g}: KV usage outside 0..1")
                 if name == BATCHTOP_MAX_NUM_SEQS and value > MAX_NUM_SEQS_LIMIT:
                     raise BadExposition(f"{name} = {value:g}: batchtop serve runs at most {MAX_NUM_SEQS_LIMIT}")
+                if name in (names.ceiling, names.token_budget) and value > MAX_SIZE:
+                    raise BadExposition(f"{_series(name, labels)} = {value:g}: no server runs that many")
 
     def _sum(self, name: str, values: list[float]) -> float:
         total = sum(values)
@@ -137,7 +163,7 @@ def _read_names(names: MetricNames) -> set[str]:
     for key in names.__slots__:
         value = getattr(names, key)
         for name in (value if isinstance(value, tuple) else (value,)):
-            if name is None or key == "cache_info":
+            if not isinstance(name, str) or key == "cache_info":
                 continue
             out.add(name)
             if key in HISTOGRAMS:
@@ -172,14 +198,35 @@ def _int(value: str | None) -> int | None:
     return int(number) if math.isfinite(number) and number > 0 else None
 
 
+def _whole(value: float | None) -> int | None:
+    return int(value) if value is not None and value >= 1 else None
+
+
+def _finished(samples: _Samples, names: MetricNames) -> dict[str, float]:
+    """Finished requests by reason; a counter without the finished_reason label counts as "success"."""
+    out = samples.by_label(names.success, "finished_reason")
+    if not out and (total := samples.total(names.success)) is not None:
+        out = {"success": total}
+    if (failed := samples.total(names.failures)) is not None:
+        out["error"] = out.get("error", 0.0) + failed
+    return out
+
+
 def parse_exposition(text: str, t: float) -> ReplicaSample:
     """The replica's numbers from its /metrics text; BadExposition says why it is not one."""
     samples = _Samples(text)
-    flavour = detect_flavour(set(samples.by_name))
+    try:
+        flavour = detect_flavour(samples.names)
+    except ValueError as exc:
+        raise BadExposition(str(exc)) from None
     if flavour is None:
-        raise BadExposition("no vLLM, SGLang or batchtop metrics in it" if samples.by_name
-                            else "an empty exposition")
+        raise BadExposition("no vLLM, SGLang, TGI, llama.cpp, LMDeploy, NIM or batchtop metrics in it"
+                            if samples.names else "an empty exposition")
     names: MetricNames = NAMES[flavour]
+    missing = [n for n in (names.running, names.waiting) if n not in samples.names]
+    if missing:
+        raise BadExposition(f"{LABELS[flavour]} metrics without {' or '.join(missing)}: {LABELS[flavour]} always "
+                            "exposes its running and waiting gauges")
     samples.check(names)
     counters = {key: value for key in COUNTERS
                 if (value := samples.total(getattr(names, key))) is not None}
@@ -191,18 +238,25 @@ def parse_exposition(text: str, t: float) -> ReplicaSample:
             if h is not None:
                 hists[key] = h
                 break
+    if names.tokens_from_requests:  # TGI: prompts counted as they arrive, outputs as requests finish
+        for counter, hist in (("prompt_tokens", "prompt_len"), ("generation_tokens", "generation_len")):
+            if hist in hists:
+                counters[counter] = hists[hist].sum
+    if (steps := samples.total(names.steps)) is not None:
+        counters["steps"] = steps
     info = samples.labels(names.cache_info)
     model = samples.labels(names.running).get("model_name")
     modes = {m: v for m, v in samples.by_label(BATCHTOP_MODE, "mode").items() if v > 0}
-    max_seqs = samples.total(BATCHTOP_MAX_NUM_SEQS)
+    ceiling = _whole(samples.total(names.ceiling))
     start = samples.by_name.get(START_TIME)
     return ReplicaSample(
         t=t, flavour=flavour, model_name=model,
         running=samples.total(names.running), waiting=samples.total(names.waiting),
         waiting_by_reason=samples.by_label(names.waiting_by_reason, "reason"),
         kv_usage=samples.mean(names.kv_usage), counters=counters,
-        success=samples.by_label(names.success, "finished_reason"), histograms=hists,
+        success=_finished(samples, names), histograms=hists,
         num_gpu_blocks=_int(info.get("num_gpu_blocks")), block_size=_int(info.get("block_size")),
         kv_capacity_tokens=samples.total(names.kv_capacity_tokens),
-        max_num_seqs=int(max_seqs) if max_seqs else None, mode=next(iter(modes), None),
-        start_time=start[0][1] if start else None)
+        max_num_seqs=ceiling, mode=next(iter(modes), None),
+        start_time=start[0][1] if start else None, ceiling_from=names.ceiling if ceiling else None,
+        token_budget=_whole(samples.total(names.token_budget)))

@@ -2,7 +2,9 @@
 
 LIVE: a parsed sample. DOWN: nothing answered (refused, unresolvable, reset). STALE: no whole answer
 within the timeout, which is shorter than the interval. BAD: it answered, but with an HTTP error or
-text that is not a vLLM / SGLang / batchtop exposition.
+text no server attach knows would send. What the server is comes from the answer, never the URL:
+Prometheus text names it (flavours.py), JSON is TensorRT-LLM's iteration stats (trtllm.py), and a
+llama.cpp exposition sends one more request, for its /slots, within the same deadline.
 
 The timeout is one wall-clock deadline for the whole scrape (connect, request, status line, headers,
 body): every socket call waits only for what is left of it, so a server that drips its answer a byte
@@ -16,6 +18,7 @@ never imports (a test checks it).
 
 from __future__ import annotations
 
+import dataclasses
 import http.client
 import math
 import socket
@@ -24,7 +27,10 @@ import time
 from dataclasses import dataclass
 from urllib.parse import urlsplit, urlunsplit
 
+from batchtop.core_engine.attach.flavours import LLAMACPP
+from batchtop.core_engine.attach.llamacpp_slots import DISABLED_NOTE, parse_slots, slots_url
 from batchtop.core_engine.attach.sample import BadExposition, ReplicaSample, parse_exposition
+from batchtop.core_engine.attach.trtllm import TrtllmCounters, looks_like_json
 from batchtop.core_engine.errors import ConfigError
 
 LIVE, DOWN, STALE, BAD = "LIVE", "DOWN", "STALE", "BAD"
@@ -34,7 +40,10 @@ MAX_BYTES = 16 << 20  # a /metrics page far past any real one is not read whole
 def metrics_url(url: str) -> str:
     """The server's base URL with /metrics appended when it is not already there."""
     text = url if "://" in url else f"http://{url}"
-    parts = urlsplit(text)
+    try:
+        parts = urlsplit(text)
+    except ValueError as exc:  # an unclosed [ of an IPv6 host, a bracketed name that is not an address
+        raise ConfigError("URL", f"{url!r} is not a URL ({exc})") from None
     try:
         parts.port
     except ValueError:
@@ -124,6 +133,7 @@ class Scraper:
         self._lock = threading.Lock()  # abort() comes from the poller's thread
         self._aborted = False
         self._answering = False  # the status line came: a timeout now means the body is still dripping
+        self._trtllm = TrtllmCounters()  # trtllm-serve hands each iteration once: its sums live here
 
     def _connection(self, deadline: float) -> http.client.HTTPConnection:
         with self._lock:
@@ -142,9 +152,9 @@ class Scraper:
                 conn.sock.deadline = deadline
         return conn
 
-    def _fetch(self, deadline: float) -> tuple[int, str, bytes]:
+    def _fetch(self, deadline: float, path: str | None = None) -> tuple[int, str, bytes]:
         conn = self._connection(deadline)
-        conn.request("GET", self._path, headers={"Accept": "text/plain;version=0.0.4"})
+        conn.request("GET", path or self._path, headers={"Accept": "text/plain;version=0.0.4"})
         response = conn.getresponse()
         self._answering = True
         body = response.read(MAX_BYTES + 1)
@@ -159,8 +169,9 @@ class Scraper:
     def scrape(self) -> ScrapeResult:
         t0 = self._clock()
         self._answering = False
+        deadline = time.monotonic() + self.timeout_s
         try:
-            status, reason, body = self._fetch(time.monotonic() + self.timeout_s)
+            status, reason, body = self._fetch(deadline)
         except (TimeoutError, socket.timeout, _Timeout):
             self.close()
             what = "answer not finished" if self._answering else "no answer"
@@ -176,11 +187,31 @@ class Scraper:
         t = self._clock()
         if status >= 400:
             return ScrapeResult(BAD, f"HTTP {status} {reason}".strip(), None, t - t0)
+        text = body.decode("utf-8", errors="replace")
         try:
-            sample = parse_exposition(body.decode("utf-8", errors="replace"), t)
+            sample = self._trtllm.sample(text, t) if looks_like_json(text) else parse_exposition(text, t)
         except BadExposition as exc:
             return ScrapeResult(BAD, str(exc), None, t - t0)
-        return ScrapeResult(LIVE, None, sample, t - t0)
+        if sample.flavour == LLAMACPP:
+            sample = self._with_slots(sample, deadline)
+        return ScrapeResult(LIVE, None, sample, self._clock() - t0)
+
+    def _with_slots(self, sample: ReplicaSample, deadline: float) -> ReplicaSample:
+        """llama.cpp's /metrics and its /slots (the slot ceiling and each slot's state)."""
+        note = None
+        try:
+            status, _, body = self._fetch(deadline, slots_url(self._path))
+            slots, note = parse_slots(body) if status < 400 else (None, DISABLED_NOTE if status in (404, 501)
+                                                                 else f"/slots answered HTTP {status}")
+        except (TimeoutError, _Timeout):
+            self.close()
+            slots, note = None, "/slots: no answer in time"
+        except (BadExposition, http.client.HTTPException, OSError) as exc:
+            self.close()
+            slots, note = None, f"/slots: {_reason(exc)}"
+        if slots is None:
+            return dataclasses.replace(sample, note=note)
+        return dataclasses.replace(sample, slots=slots, max_num_seqs=len(slots), ceiling_from="/slots")
 
     def abort(self) -> None:
         """From another thread: end the scrape in flight now (its blocked read returns), and make the

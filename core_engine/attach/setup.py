@@ -24,6 +24,7 @@ class AttachOptions:
     model: str | None = None
     dtype: str = "bfloat16"
     theme: str = "batchtop-dark"
+    export_workload: str | None = None
 
     @property
     def timeout_s(self) -> float:

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 
 from batchtop.core_engine.attach.histogram import Histogram
 from batchtop.core_engine.attach.roofline_point import ModelEstimate, RooflinePoint, estimated_point, measured_point
-from batchtop.core_engine.attach.sample import ReplicaSample
+from batchtop.core_engine.attach.sample import ReplicaSample, Slot
 from batchtop.core_engine.attach.window import Delta
 
 LATENCIES = ("ttft", "itl", "e2e", "queue_time")
@@ -42,6 +42,10 @@ class ReplicaStats:
     point: RooflinePoint | None = None
     point_note: str | None = None  # why there is no measured point
     resets: int = 0
+    ceiling_from: str | None = None  # the server's metric that says max_num_seqs
+    token_budget: int | None = None
+    slots: tuple[Slot, ...] | None = None
+    note: str | None = None
 
     @property
     def success_rate(self) -> float | None:
@@ -87,11 +91,16 @@ def build_stats(name: str, status: str, reason: str | None, latest: ReplicaSampl
     steps = interval.histograms.get("iteration_tokens") if interval is not None else None
     point, note = roofline(interval, estimate, latest.running, latest.histograms)
     rates = dict(interval.per_s) if interval is not None else {}
+    per_step = steps.mean if steps is not None else None
     if steps is not None:
         rates["steps"] = steps.count / interval.dt
+    elif interval is not None and interval.totals.get("steps", 0) > 0:  # a step counter, no histogram
+        tokens = interval.totals.get("prompt_tokens", 0.0) + interval.totals.get("generation_tokens", 0.0)
+        per_step = tokens / interval.totals["steps"]
     return ReplicaStats(
         name, status, reason, latest.flavour, latest.model_name, latest.running, latest.waiting,
         dict(latest.waiting_by_reason), latest.kv_usage, max_seqs, source, latest.num_gpu_blocks, latest.mode,
-        rates, dict(window.per_s) if window is not None else {}, steps.mean if steps is not None else None, latency_table(window),
+        rates, dict(window.per_s) if window is not None else {}, per_step, latency_table(window),
         window.dt if window is not None else None, dict(window.success) if window is not None else {},
-        point, note, resets)
+        point, note, resets, latest.ceiling_from if source == "server" else None, latest.token_budget,
+        latest.slots, latest.note)

@@ -1,13 +1,21 @@
-"""Why the queue of a live server grows, from what /metrics says: the slots are full, the KV pool is
-full, the server preempts, or it defers requests (vLLM's own waiting reason) - or, when nothing
-explains it, that arrivals simply outpace completions."""
+"""Why the queue of a live server waits, in the Waiting panel's words: what the verdict says bounds
+the batch, seen from the queue; until the verdict settles, what the newest scrape alone says (the
+slots are full, the KV pool is full, the server preempts or defers) - or, when nothing explains it,
+that arrivals simply outpace completions."""
 
 from __future__ import annotations
 
-from batchtop.core_engine.attach.monitor import HistoryPoint
+from batchtop.core_engine.attach.history import HistoryPoint
 from batchtop.core_engine.attach.stats import ReplicaStats
+from batchtop.core_engine.attach.verdict import KV_FULL, Verdict
 
-KV_FULL = 0.90
+QUEUE_WAITS_FOR = {
+    "slots": "the queue waits for a free slot (the verdict: slots)",
+    "kv": "the queue waits for KV blocks (the verdict: KV cache)",
+    "budget": "the queue waits for room in a step's token budget (the verdict: token budget)",
+    "deferred": "the queue is deferred by the scheduler, not short of room (the verdict: deferred)",
+    "client": "a few wait for the next step; the load, not the server, sets the batch (the verdict: client)",
+}
 
 
 def queue_trend(history: tuple[HistoryPoint, ...], span: int = 5) -> float | None:
@@ -18,12 +26,19 @@ def queue_trend(history: tuple[HistoryPoint, ...], span: int = 5) -> float | Non
     return (points[-1].waiting - points[0].waiting) / (points[-1].t - points[0].t)
 
 
-def why_waiting(s: ReplicaStats, history: tuple[HistoryPoint, ...] = ()) -> str:
-    waiting, running = s.waiting or 0.0, s.running or 0.0
+def why_waiting(s: ReplicaStats, verdict: Verdict | None = None, history: tuple[HistoryPoint, ...] = ()) -> str:
     if s.waiting is None:
         return "the server exposes no queue length"
-    if waiting <= 0:
+    if s.waiting <= 0:
         return "nothing waits: every request is running"
+    if verdict is not None and verdict.kind in QUEUE_WAITS_FOR:
+        return QUEUE_WAITS_FOR[verdict.kind]
+    return instant_reason(s, history)
+
+
+def instant_reason(s: ReplicaStats, history: tuple[HistoryPoint, ...] = ()) -> str:
+    """The newest scrape's reading alone, before the verdict has enough of them."""
+    waiting, running = s.waiting or 0.0, s.running or 0.0
     if s.max_num_seqs and running >= s.max_num_seqs:
         return (f"slots full: {running:.0f} running = max_num_seqs {s.max_num_seqs}; the queue waits for a "
                 "slot (more slots or replicas would admit it)")
@@ -41,4 +56,4 @@ def why_waiting(s: ReplicaStats, history: tuple[HistoryPoint, ...] = ()) -> str:
     trend = queue_trend(history)
     if trend is not None and trend > 0:
         return f"queue growing {trend:.1f}/s with free slots and KV: the step's token budget admits few per step"
-    return "waiting for admission at the next step (token budget per step)"
+    return f"{waiting:.0f} waiting for admission at the next step (token budget per step)"

@@ -10,41 +10,17 @@ from __future__ import annotations
 
 import math
 from collections import deque
-from dataclasses import dataclass, field
 
-from batchtop.core_engine.attach.histogram import Histogram
+from batchtop.core_engine.attach.delta import Delta, delta
 from batchtop.core_engine.attach.plausible import first_backwards, restarted, sample_problem, same_process
 from batchtop.core_engine.attach.sample import ReplicaSample
 from batchtop.core_engine.attach.scrape import BAD, DOWN, LIVE, ScrapeResult
+from batchtop.core_engine.attach.session import SessionTotals
+
+__all__ = ["Delta", "ReplicaWindow", "delta"]
 
 
-@dataclass(frozen=True, slots=True)
-class Delta:
-    """What happened between two samples (or summed over replicas): counter growth, per-second rates,
-    histogram observations and finished requests."""
-
-    dt: float
-    totals: dict[str, float] = field(default_factory=dict)
-    per_s: dict[str, float] = field(default_factory=dict)
-    histograms: dict[str, Histogram] = field(default_factory=dict)
-    success: dict[str, float] = field(default_factory=dict)
-
-
-def went_backwards(before: ReplicaSample, after: ReplicaSample) -> bool:
-    return first_backwards(before, after) is not None
-
-
-def delta(before: ReplicaSample, after: ReplicaSample) -> Delta | None:
-    dt = after.t - before.t
-    if dt <= 0 or went_backwards(before, after):
-        return None
-    totals = {k: v - before.counters[k] for k, v in after.counters.items() if k in before.counters}
-    hists = {}
-    for k, h in after.histograms.items():
-        if k in before.histograms and (d := h.minus(before.histograms[k])) is not None:
-            hists[k] = d
-    success = {k: v - before.success.get(k, 0.0) for k, v in after.success.items()}
-    return Delta(dt, totals, {k: v / dt for k, v in totals.items()}, hists, success)
+FLAP_RESETS, FLAP_SCRAPES = 3, 10  # this many restarts within this many scrapes: not one server
 
 
 def _too_fast(d: Delta | None) -> str | None:
@@ -67,6 +43,9 @@ class ReplicaWindow:
         self.resets = 0  # times its counters went backwards
         self.last_latency_s: float | None = None
         self.status_counts: dict[str, int] = {}  # scrapes by status, for the JSON's health
+        self.session = SessionTotals()
+        self._taken = 0
+        self._reset_at: deque[int] = deque(maxlen=FLAP_RESETS)  # which takes restarted the counters
 
     def add(self, result: ScrapeResult) -> None:
         status, reason, sample = result.status, result.reason, result.sample
@@ -94,9 +73,25 @@ class ReplicaWindow:
             elif backwards is not None or restarted(before, sample):
                 self.samples.clear()
                 self.resets += 1
+                self._reset_at.append(self._taken)
             elif (too_fast := _too_fast(delta(before, sample))) is not None:
                 return too_fast
+        self._taken += 1
+        if len(self._reset_at) == FLAP_RESETS and self._taken - self._reset_at[0] <= FLAP_SCRAPES:
+            # counters that fall back every few scrapes are two servers taking turns behind one URL (a
+            # load balancer): each step up between them is a rate no server had. No interval is taken
+            # in; the newest sample stays so the next drop is still seen.
+            self.samples.clear()
+            self.samples.append(sample)
+            reason = (f"counters restarted {FLAP_RESETS} times in {self._taken - self._reset_at[0]} scrapes: more "
+                      "than one server answers this URL (a load balancer?), or it restarts every few seconds; "
+                      "attach each server's own URL")
+            self.session.not_one_server = self.session.not_one_server or reason
+            return reason
         self.samples.append(sample)
+        self.session.saw(sample)
+        if len(self.samples) >= 2:
+            self.session.add(delta(self.samples[-2], sample))
         while len(self.samples) > 2 and self.samples[1].t <= sample.t - self.window_s:
             self.samples.popleft()
         return refused

@@ -26,6 +26,17 @@ DELIVERY_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 
 FINISH_REASONS = ("stop", "length", "abort", "error")
 
 
+def request_token_buckets(max_model_len: int) -> tuple[int, ...]:
+    """1, 2, 5, 10, 20, 50, ... up to max_model_len: vLLM's buckets for the per-request token counts."""
+    out, scale = [], 1
+    while True:
+        for m in (1, 2, 5):
+            if m * scale > max_model_len:
+                return tuple(out)
+            out.append(m * scale)
+        scale *= 10
+
+
 def num_running(snap: StepSnapshot) -> int:
     """Requests running once the step is over: its slots show who ran in it, finished ones included."""
     return sum(s.phase not in (Phase.EMPTY, Phase.PADDING) for s in snap.slots) - len(snap.finished)
@@ -74,6 +85,10 @@ class VllmMetrics:
                                     "Histogram of time spent in WAITING phase for request.", REQUEST_LATENCY_BUCKETS)
         self.iteration_tokens = histogram("vllm:iteration_tokens_total",
                                           "Histogram of number of tokens per engine_step.", ITERATION_TOKEN_BUCKETS)
+        lengths = request_token_buckets(config.max_model_len)
+        self.prompt_len = histogram("vllm:request_prompt_tokens", "Number of prefill tokens processed.", lengths)
+        self.generation_len = histogram("vllm:request_generation_tokens", "Number of generation tokens processed.",
+                                        lengths)
         self.flops = counter("vllm:estimated_flops_per_gpu", "Estimated number of floating point operations per "
                                                              "GPU (for Model Flops Utilization calculations).")
         self.read_bytes = counter("vllm:estimated_read_bytes_per_gpu", "Estimated number of bytes read from memory "
@@ -152,6 +167,8 @@ class VllmMetrics:
             self._last_token[rid] = snap.t
         for f in snap.finished:
             self.success[f.finish_reason].inc()
+            self.prompt_len.observe(f.prompt_len)
+            self.generation_len.observe(f.num_generated)
             self.e2e.observe(f.e2e_s)
             self.queue_time.observe(self._queued.get(f.request_id, 0.0))
             self._forget(f.request_id)

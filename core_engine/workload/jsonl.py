@@ -2,6 +2,8 @@
 
 Fields this reader does not know are ignored with one warning per file (as serve ignores unknown
 request fields, as vLLM does), so a file written for a newer batchtop or another tool still loads.
+A line that starts with `#` is a comment (no JSON line can): `attach --export-workload` says there
+how its lines were derived.
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ def read_jsonl(path: str, text: str, vocab_size: int, tokenizer: Tokenizer | Non
     seen: set[str] = set()
     unknown: dict[str, int] = {}  # field -> first line it appeared on
     for lineno, line in enumerate(text.split("\n"), 1):
-        if not line.strip():
+        if not line.strip() or line.lstrip().startswith("#"):
             continue
         try:
             obj = parse_json(line)

@@ -117,11 +117,15 @@ def load_workload(spec: WorkloadSpec, vocab_size: int, tokenizer: Tokenizer | No
 
 
 def workload_format(path: Path, text: str) -> str:
-    """jsonl, csv or sharegpt: by the file's suffix, else by its first non-blank character."""
+    """jsonl, csv or sharegpt: by the file's suffix, else by its first non-blank character (a JSON
+    Lines file may open with `#` comment lines, as --export-workload writes them)."""
     by_suffix = FORMATS_BY_SUFFIX.get(path.suffix.lower())
     if by_suffix is not None:
         return by_suffix
     first = text.lstrip()[:1]
+    if first == "#":
+        body = [line for line in text.splitlines() if line.strip() and not line.lstrip().startswith("#")]
+        return "jsonl" if body and body[0].lstrip().startswith("{") else "csv"
     return {"{": "jsonl", "[": "sharegpt"}.get(first, "csv")
 
 

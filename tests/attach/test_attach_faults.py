@@ -95,6 +95,8 @@ def test_bad_options_exit_2_naming_the_option():
     cases = [(["attach", "http://x:1", "--interval", "1", "--timeout", "2"], "--timeout"),
              (["attach", "http://x:1", "--headless"], "--duration"),
              (["attach", "ftp://x:1/", "--headless", "--duration", "1"], "URL"),
+             (["attach", "http://[::1", "--headless", "--duration", "1"], "URL"),  # was a ValueError traceback
+             (["attach", "http://[notip]:80", "--headless", "--duration", "1"], "URL"),
              (["attach", "http://x:1", "--device", "tpu9", "--headless", "--duration", "1"], "--device"),
              (["attach", "http://x:1", "--duration", "1"], "--duration"),
              (["attach", "http://x:1", "--headless", "--duration", "1", "--model", "./nope"], "--model"),

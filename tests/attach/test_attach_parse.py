@@ -106,11 +106,11 @@ def test_sglang_names_are_read_as_sglang():
 
 
 def test_flavour_detection_and_what_is_not_a_server():
-    assert parse_exposition('vllm:num_requests_running{engine="0"} 1\nbatchtop:max_num_seqs 16\n', 0).flavour \
-        == BATCHTOP
+    assert parse_exposition('vllm:num_requests_running{engine="0"} 1\nvllm:num_requests_waiting{engine="0"} 0\n'
+                            'batchtop:max_num_seqs 16\n', 0).flavour == BATCHTOP
     with pytest.raises(BadExposition, match="not Prometheus text"):
         parse_exposition("<html><body>Welcome to nginx!</body></html>", 0)
-    with pytest.raises(BadExposition, match="no vLLM, SGLang or batchtop metrics"):
+    with pytest.raises(BadExposition, match="no vLLM, SGLang, TGI, llama.cpp, LMDeploy, NIM or batchtop metrics"):
         parse_exposition("node_load1 0.5\n", 0)
     with pytest.raises(BadExposition, match="empty"):
         parse_exposition("", 0)

@@ -9,7 +9,7 @@ import sys
 import time
 import traceback
 
-from batchtop.core_engine.attach.monitor import AttachFrame
+from batchtop.core_engine.attach.monitor import AttachFrame, Monitor
 from batchtop.core_engine.attach.poller import LivePoller
 from batchtop.core_engine.attach.peaks import attach_peaks
 from batchtop.core_engine.attach.report import attach_report
@@ -18,6 +18,7 @@ from batchtop.core_engine.attach.roofline_point import ModelEstimate
 from batchtop.core_engine.attach.scrape import metrics_url
 from batchtop.core_engine.errors import ConfigError
 from batchtop.core_engine.run.stop import Terminated, exit_status
+from batchtop.tui.cli.attach_export import export_workload
 from batchtop.tui.cli.headless import note
 from batchtop.tui.cli.options import bad_input_exits
 from batchtop.core_engine.output_files import check_outputs, deliver_json
@@ -35,7 +36,7 @@ def prepare(urls: tuple[str, ...], opts: AttachOptions) -> AttachSetup:
         raise ConfigError("--duration", "--headless needs --duration S (seconds to watch before writing the JSON)")
     if not opts.headless and (opts.output is not None or opts.duration is not None):
         raise ConfigError("--output" if opts.output is not None else "--duration", "only with --headless")
-    check_outputs({"--output": opts.output, "--record": opts.record})
+    check_outputs({"--output": opts.output, "--record": opts.record, "--export-workload": opts.export_workload})
     estimate = None
     if opts.model is not None:
         from batchtop.core_engine.run.resolve import resolve_model
@@ -100,12 +101,29 @@ def run_headless(setup: AttachSetup) -> int:
     for s in frame.replicas:
         if s.status != "LIVE":
             note(f"{s.name}: {s.status}: {s.reason}")
+    for line in verdict_lines(monitor, frame):
+        note(line)
+    exported = opts.export_workload is None or export_workload(monitor, opts.export_workload)
     if error is not None:
         note(f"error: {error}; the JSON holds what was seen before it")
         return 1
     if not complete:
         return exit_code
-    return 0 if written else 1
+    return 0 if written and exported else 1
+
+
+def verdict_lines(monitor: Monitor, frame: AttachFrame) -> list[str]:
+    """The verdict at the end of the watch and, when another held longer (the end is a load draining),
+    that one too."""
+    if frame.verdict is None:
+        return []
+    out = [f"verdict: {frame.verdict.line}" + (f"; {frame.verdict.advice}" if frame.verdict.advice else "")]
+    longest = monitor.tracker.longest()
+    if longest is not None and longest.kind != frame.verdict.kind:
+        out.append(f"held longest: {longest.kind} for {longest.seconds:.0f} s of {frame.t:.0f} s (t = "
+                   f"{longest.from_t:.0f}-{longest.to_t:.0f} s): {longest.line}"
+                   + (f"; {longest.advice}" if longest.advice else ""))
+    return out
 
 
 def run_attach(urls: tuple[str, ...], opts: AttachOptions) -> None:
@@ -118,4 +136,10 @@ def run_attach(urls: tuple[str, ...], opts: AttachOptions) -> None:
     from batchtop.tui.app import BatchtopApp  # Textual loads only here
     from batchtop.tui.sources.attach import AttachSource
 
-    sys.exit(BatchtopApp(AttachSource(setup), theme=opts.theme).run() or 0)
+    source = AttachSource(setup)
+    code = BatchtopApp(source, theme=opts.theme).run() or 0
+    if opts.export_workload is not None:
+        source.done.wait(5.0)  # the feed's last scrape is in the monitor before the workload is drawn from it
+        if not export_workload(source.monitor, opts.export_workload):
+            code = code or 1
+    sys.exit(code)

@@ -132,14 +132,17 @@ def serve(host: str, port: int, api_key: str | None, served_model_name: str | No
 @click.option("-o", "--output", type=str, default=None, metavar="FILE", help="--headless: metrics JSON file (default stdout).")
 @click.option("--speed", type=Finite(0.25, 16), default=1.0, show_default=True,
               help="Playback speed (< and > change it live).")
+@click.option("--export-workload", type=str, default=None, metavar="FILE.jsonl",
+              help="An attach recording only: write the traffic it saw as a workload (no dashboard).")
 @theme_option
-def replay(trace: str, headless: bool, output: str | None, speed: float, theme: str) -> None:
+def replay(trace: str, headless: bool, output: str | None, speed: float, theme: str,
+           export_workload: str | None) -> None:
     """Replay a recorded session (from --record) in the dashboard, or recompute its metrics.
 
     Keys: space pause, < / > slower / faster (0.25x..16x), n next step, g / G start / end.
     """
     from batchtop.tui.cli.replay import run_replay
-    run_replay(trace, headless=headless, output=output, speed=speed, theme=theme)
+    run_replay(trace, headless=headless, output=output, speed=speed, theme=theme, export_workload=export_workload)
 
 
 @main.command(context_settings=CONTEXT)
@@ -215,9 +218,12 @@ def export_checkpoint(out_dir: str, model: str, seed: int, dtype: str) -> None:
               help="The served model's dims: estimates the roofline point when the server has no FLOP counters.")
 @click.option("--dtype", type=click.Choice(["bfloat16", "float16", "float32"]), default="bfloat16", show_default=True,
               help="The served weights' dtype, for the estimate and the roofs.")
+@click.option("--export-workload", type=str, default=None, metavar="FILE.jsonl",
+              help="At the end of the watch, write the traffic the servers saw as a workload for "
+                   "`batchtop compare --simulate DEVICE --workload FILE.jsonl`.")
 @theme_option
 def attach(urls: tuple[str, ...], theme: str, **opts) -> None:
-    """Watch live vLLM, SGLang or batchtop servers through their /metrics.
+    """Watch live vLLM, SGLang, TGI, llama.cpp, LMDeploy, NIM, TensorRT-LLM or batchtop servers.
 
     URL is a server's base URL (/metrics is appended); several URLs are data-parallel replicas, shown
     one row each with their aggregate and the replica that is out of line. Keys: p screenshot, t theme, q quit.

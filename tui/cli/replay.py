@@ -5,6 +5,7 @@ from __future__ import annotations
 import sys
 
 from batchtop.core_engine.config import EngineConfig
+from batchtop.core_engine.errors import ConfigError
 from batchtop.core_engine.perf.device_peaks import DevicePeaks
 from batchtop.core_engine.perf.metrics import MetricsCollector
 from batchtop.core_engine.trace.trace import Trace, TraceError, read_trace
@@ -39,13 +40,18 @@ def replay_metrics(trace: Trace) -> dict:
     return doc
 
 
-def run_replay(path: str, *, headless: bool, output: str | None, speed: float, theme: str) -> None:
+def run_replay(path: str, *, headless: bool, output: str | None, speed: float, theme: str,
+               export_workload: str | None = None) -> None:
     with bad_input_exits():
         trace = read_trace(path)
-        check_outputs({"--output": output}, {"TRACE": path})
+        check_outputs({"--output": output, "--export-workload": export_workload}, {"TRACE": path})
         if trace.header.get("source") == "attach":  # from `batchtop attach --record`: its own panels
             from batchtop.tui.cli.attach_replay import run_attach_replay
-            return run_attach_replay(trace, headless=headless, output=output, speed=speed, theme=theme)
+            return run_attach_replay(trace, headless=headless, output=output, speed=speed, theme=theme,
+                                     export_workload_to=export_workload)
+        if export_workload is not None:
+            raise ConfigError("--export-workload", f"{path} is an engine session: only a recording made by "
+                                                   "`batchtop attach --record` holds a server's traffic")
         recorded_engine(trace)  # a header that describes no engine exits 2 naming the field
         for warning in trace.warnings:
             note(f"warning: {warning}")

@@ -6,6 +6,7 @@ from __future__ import annotations
 from rich.text import Text
 from textual.widgets import Static
 
+from batchtop.core_engine.attach.coverage import GAPS
 from batchtop.core_engine.attach.monitor import AttachFrame
 from batchtop.core_engine.attach.stats import ReplicaStats
 from batchtop.tui.widgets.attach.format import MEASURED_NOTE, latency, num, secs
@@ -29,6 +30,10 @@ def metrics_text(s: ReplicaStats) -> Text:
                           for key, label in LATENCY_LABELS))
     text.append(f"   ({MEASURED_NOTE})", "dim")
     text.append(f"\n prefix cache: {prefix_hit_rate(s)}")
+    notes = [GAPS[what][s.flavour] for what in ("tokens", "ttft", "steps", "finished")
+             if s.flavour in GAPS[what] and (what != "ttft" or "ttft" not in s.latency)]
+    if notes:
+        text.append(" · " + "; ".join(notes), "dim")
     return text
 
 

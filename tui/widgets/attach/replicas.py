@@ -37,6 +37,8 @@ class AttachReplicasPanel(Panel):
         out.add(f" {num(s.running):>5} {num(s.waiting):>5} {pct(s.kv_usage):>5} "
                 f"{num(s.rates.get('generation_tokens')):>9} {secs(latency(s, 'ttft', 'p95')):>8}", base)
         notes = [s.reason] if s.reason else []
+        if s.note:
+            notes.append(s.note)
         if s.resets:
             notes.append(f"counters reset x{s.resets} (restart): rates restarted")
         if notes:

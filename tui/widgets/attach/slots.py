@@ -1,16 +1,40 @@
 """Slots in attach mode: the running requests against the slot ceiling (max_num_seqs, when the server
-or the user says it), and a strip chart of running and waiting over the recent intervals."""
+or the user says it, or the plateau the verdict inferred), llama.cpp's own slots one by one when its
+/slots answers, and a strip chart of running and waiting over the recent intervals."""
 
 from __future__ import annotations
 
 from rich.text import Text
 
+from batchtop.core_engine.attach.coverage import gap
 from batchtop.core_engine.attach.monitor import AttachFrame
+from batchtop.core_engine.attach.stats import ReplicaStats
 from batchtop.tui.widgets.attach.format import num
 from batchtop.tui.widgets.common.panel import Panel, Runs
 
 BARS = " ▁▂▃▄▅▆▇█"
-CEILING_SOURCE = {"server": "from the server", "--max-num-seqs": "from --max-num-seqs", "unknown": "unknown"}
+
+
+def ceiling(frame: AttachFrame) -> tuple[int | None, str]:
+    """The slot ceiling and where it comes from: the server's metric, --max-num-seqs, or the plateau."""
+    m = frame.main
+    if m.max_num_seqs:
+        if m.max_num_seqs_source == "server":
+            return m.max_num_seqs, f"from {m.ceiling_from or 'the server'}"
+        return m.max_num_seqs, f"from {m.max_num_seqs_source}"
+    ev = frame.verdict.evidence if frame.verdict is not None else {}
+    if ev.get("ceiling_source") == "inferred" and isinstance(ev.get("ceiling"), int):
+        return ev["ceiling"], "inferred from the plateau"
+    return None, "unknown"
+
+
+def slot_cells(m: ReplicaStats) -> tuple[list[bool], str]:
+    """llama.cpp's slots: busy or idle, one cell each, and the busiest one's tokens."""
+    slots = m.slots or ()
+    busy = [s for s in slots if s.processing]
+    longest = max(busy, key=lambda s: s.n_decoded or 0, default=None)
+    tail = f"; slot {longest.id} has decoded {longest.n_decoded}" if longest and longest.n_decoded else ""
+    return [s.processing for s in slots], f"{len(busy)}/{len(slots)} slots busy (from /slots){tail}"
 
 
 def column_glyphs(running: float, waiting: float, top: float, height: int) -> list[tuple[str, str]]:
@@ -42,9 +66,9 @@ class AttachSlotsPanel(Panel):
 
     def update_titles(self, frame: AttachFrame) -> None:
         m = frame.main
-        ceiling = num(m.max_num_seqs) if m.max_num_seqs else "?"
-        self.border_title = f"Slots: {num(m.running)} running / {ceiling} (measured)"
-        self.border_subtitle = f"max_num_seqs {CEILING_SOURCE[m.max_num_seqs_source]}"
+        top, source = ceiling(frame)
+        self.border_title = f"Slots: {num(m.running)} running / {num(top) if top else '?'} (measured)"
+        self.border_subtitle = f"max_num_seqs {source}"
 
     def render(self) -> Text:
         frame: AttachFrame | None = self.frame
@@ -54,23 +78,30 @@ class AttachSlotsPanel(Panel):
         width, height = max(10, self.content_size.width), max(4, self.content_size.height)
         out = Runs()
         running = int(m.running or 0)
-        if m.max_num_seqs:
-            cells = min(m.max_num_seqs, width * 2)
-            per = max(1, -(-m.max_num_seqs // cells))
+        top, source = ceiling(frame)
+        if m.slots:
+            cells, label = slot_cells(m)
+            for busy in cells[:width * 2]:
+                out.add("●" if busy else "·", self.style("phase-decode", bold=True) if busy else self.style("slot-empty"))
+            out.newline()
+        elif top:
+            cells = min(top, width * 2)
+            per = max(1, -(-top // cells))
             filled = min(cells, -(-running // per))
             out.add("●" * filled, self.style("phase-decode", bold=True))
             out.add("·" * (cells - filled), self.style("slot-empty"))
             out.newline()
-            label = f"{running}/{m.max_num_seqs} slots busy" + (f" ({per} per cell)" if per > 1 else "")
+            label = f"{running}/{top} slots busy" + (f" ({per} per cell)" if per > 1 else "") + \
+                (" (ceiling inferred)" if source.startswith("inferred") else "")
         else:
             out.add("●" * min(running, width), self.style("phase-decode", bold=True))
             out.newline()
-            label = f"{running} running; slot ceiling unknown: give --max-num-seqs"
+            label = f"{running} running; give --max-num-seqs ({gap(m.flavour, 'ceiling', 'the ceiling is unknown')})"
         out.add(label[:width], self.style("muted"))
         out.newline()
         chart_h = max(1, height - 4)
         history = [h for h in frame.history if h.running is not None][-width:]
-        top = max([(h.running or 0) + (h.waiting or 0) for h in history] + [float(m.max_num_seqs or 0), 1.0])
+        top = max([(h.running or 0) + (h.waiting or 0) for h in history] + [float(top or 0), 1.0])
         columns = [column_glyphs(h.running or 0, h.waiting or 0, top, chart_h) for h in history]
         for r in reversed(range(chart_h)):
             for col in columns:

@@ -1,5 +1,6 @@
-"""The attach panel set: the replicas, then slots and KV, waiting and the roofline, answered from a
-server's /metrics (or a recording of them), and the metrics strip. Layout lives in the stylesheet."""
+"""The attach panel set: the verdict line (what bounds the batch, and what to try), the replicas, then
+slots and KV, waiting and the roofline, answered from a server's /metrics (or a recording of them),
+and the metrics strip. Layout lives in the stylesheet."""
 
 from __future__ import annotations
 
@@ -9,15 +10,15 @@ from textual.containers import Horizontal, Vertical
 
 from batchtop.core_engine.attach.monitor import AttachFrame
 from batchtop.core_engine.perf.device_peaks import DevicePeaks
+from batchtop.core_engine.attach.coverage import label
 from batchtop.tui.widgets.attach.format import short_url
 from batchtop.tui.widgets.attach.kv import AttachKVPanel
 from batchtop.tui.widgets.attach.metrics_strip import AttachMetricsStrip
 from batchtop.tui.widgets.attach.replicas import AttachReplicasPanel
 from batchtop.tui.widgets.attach.roofline import AttachRooflinePanel
 from batchtop.tui.widgets.attach.slots import AttachSlotsPanel
+from batchtop.tui.widgets.attach.verdict_line import AttachVerdictLine
 from batchtop.tui.widgets.attach.waiting import AttachWaitingPanel
-
-FLAVOUR_LABEL = {"vllm": "vLLM", "sglang": "SGLang", "batchtop": "batchtop serve", "mixed": "mixed servers"}
 
 
 class AttachView(Vertical):
@@ -28,6 +29,7 @@ class AttachView(Vertical):
         self._panels: list = []
 
     def compose(self) -> ComposeResult:
+        yield AttachVerdictLine(id="attach-verdict")
         yield AttachReplicasPanel()
         with Horizontal(id="attach-top"):
             yield AttachSlotsPanel()
@@ -41,6 +43,7 @@ class AttachView(Vertical):
         self._panels = [self.query_one(p) for p in (AttachReplicasPanel, AttachSlotsPanel, AttachKVPanel,
                                                      AttachWaitingPanel, AttachRooflinePanel)]
         self._metrics = self.query_one(AttachMetricsStrip)
+        self._verdict = self.query_one(AttachVerdictLine)
         rows = self.num_replicas
         self.query_one(AttachReplicasPanel).styles.height = min(14, 3 + rows + (2 if rows > 1 else 0))
 
@@ -54,6 +57,7 @@ class AttachView(Vertical):
     def show(self, frame: AttachFrame | None, force: bool = False) -> None:
         if not self._panels or frame is None:
             return
+        self._verdict.show(frame)
         for panel in self._panels:
             panel.show(frame, force)
         self._metrics.show(frame)
@@ -63,7 +67,7 @@ class AttachView(Vertical):
         text.append(" batchtop attach ", "bold reverse")
         if frame is not None:
             m = frame.main
-            what = FLAVOUR_LABEL.get(m.flavour or "", "no server yet")
+            what = label(m.flavour)
             where = short_url(frame.replicas[0].name) if len(frame.replicas) == 1 else f"{len(frame.replicas)} replicas"
             text.append(f" {what} · {where} · {m.model_name or '?'} ", "bold")
             text.append(f"│ {m.status} ")
