@@ -19,10 +19,10 @@ from batchtop.core_engine.sched.request import Request, SamplingParams
 from batchtop.core_engine.run.resolve import resolve_config
 
 GROUPS = (
-    ("matmul", ("linear", "mkl", "addmm", "mm", "matmul")),
-    ("attention", ("scaled_dot_product", "paged_attention", "index_select", "index_copy", "_flash", "bmm", "baddbmm")),
+    ("matmul", ("linear", "mkl", "addmm", "mm", "matmul", "_proj", "gate_up")),  # fused.*: the one-call layer's stages
+    ("attention", ("scaled_dot_product", "paged_attention", "fused.attention", "index_select", "index_copy", "_flash", "bmm", "baddbmm")),
     ("sampling", ("argmax", "sample", "sort", "softmax", "multinomial", "cumsum", "topk", "exponential")),
-    ("elementwise", ("mul", "add", "cat", "silu", "rms_norm", "rope", "neg", "cos", "sin", "copy_", "to")),
+    ("elementwise", ("mul", "add", "cat", "silu", "rms_norm", "norm", "rope", "neg", "cos", "sin", "copy_", "to")),
 )
 
 

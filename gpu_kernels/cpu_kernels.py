@@ -8,7 +8,10 @@
 - sample and argmax (sampling_cpu.cpp): the sampler's greedy / temperature / top-p draw, a few passes
   over each row where the torch version makes a dozen full-batch ops.
 - pack_linear_bf16 and linear_bf16 (linear_bf16_cpu.cpp): bf16 linear layers on AVX512_BF16 from a
-  weight packed once, streamed front to back; decode GEMMs at up to 1.4x oneDNN's speed.
+  weight packed once, streamed front to back; decode GEMMs at up to 1.4x oneDNN's speed. A [gate | up]
+  weight packed by halves gives silu(gate) * up straight from the GEMM (silu_mul_linear_bf16).
+- decoder_layer_bf16 (decoder_layer_cpu.cpp): a whole decoder layer in one call over those kernels,
+  bitwise what llama.DecoderLayer computes on them, without a Python call and allocation per op.
 bench/cpu_kernels.py measures each against the torch ops it replaces. The build uses torch's
 cpp_extension (a C++ compiler and ninja) and is cached under torch's extensions directory; where it
 cannot be built, or with BATCHTOP_CPU_KERNEL=0, the torch code runs and `why_unavailable()` says why.
@@ -24,7 +27,8 @@ from pathlib import Path
 import torch
 
 SOURCES = [Path(__file__).with_name("csrc") / name
-           for name in ("paged_attention_cpu.cpp", "fused_ops_cpu.cpp", "sampling_cpu.cpp", "linear_bf16_cpu.cpp")]
+           for name in ("paged_attention_cpu.cpp", "fused_ops_cpu.cpp", "sampling_cpu.cpp", "linear_bf16_cpu.cpp",
+                        "decoder_layer_cpu.cpp")]
 NAME = "batchtop_cpu_kernels"
 DTYPES = (torch.float32, torch.bfloat16)
 _why: list[str] = []
@@ -46,7 +50,8 @@ def _load() -> bool:
             print("batchtop: building the CPU kernels (once per machine, about a minute)...", file=sys.stderr)
         cpp_extension.load(NAME, [str(s) for s in SOURCES], is_python_module=False,
                            extra_cflags=["-O3", "-march=native", "-fopenmp"], extra_ldflags=["-fopenmp"])
-        return all(hasattr(torch.ops.batchtop_cpu, op) for op in ("paged_attention", "rope", "sample", "linear_bf16"))
+        return all(hasattr(torch.ops.batchtop_cpu, op) for op in ("paged_attention", "rope", "sample", "linear_bf16",
+                                                                   "decoder_layer_bf16"))
     except Exception as exc:  # no compiler, no ninja, an unsupported CPU: the reference still works
         _why.append(f"{type(exc).__name__}: {str(exc).strip().splitlines()[-1] if str(exc).strip() else ''}")
         return False
@@ -112,20 +117,61 @@ def linear_bf16_usable() -> bool:
     return available() and torch.ops.batchtop_cpu.linear_bf16_supported()
 
 
-def pack_linear_bf16(weight: torch.Tensor) -> torch.Tensor:
-    """The (N, K) weight in linear_bf16's layout: 64-column groups of K/2 feature pairs (K padded to even)."""
-    return torch.ops.batchtop_cpu.pack_linear_bf16(weight)
+def interleave_halves(weight: torch.Tensor) -> torch.Tensor:
+    """The rows of a (2h, K) weight [gate; up] (h a multiple of 32) as linear_bf16 packed by halves reads
+    them: each 64-row group holds 32 rows of each half, 16 of gate, 16 of up, 16 of gate, 16 of up."""
+    n, k = weight.shape
+    return weight.reshape(2, n // 64, 2, 16, k).permute(1, 2, 0, 3, 4).reshape(n, k)
 
 
-def linear_bf16(x: torch.Tensor, packed: torch.Tensor, bias: torch.Tensor | None, out_features: int) -> torch.Tensor:
-    """x (rows, K) @ W^T + bias in bfloat16, fp32 accumulation; each row's result independent of the others."""
+def decoder_layer_usable() -> bool:
+    return linear_bf16_usable() and hasattr(torch.ops.batchtop_cpu, "decoder_layer_bf16")
+
+
+def pack_linear_bf16(weight: torch.Tensor, half: int = 0) -> torch.Tensor:
+    """The (N, K) weight in linear_bf16's layout: 64-column groups of K/2 feature pairs (K padded to even);
+    half > 0 (N / 2): packed by halves (interleave_halves), for silu_mul_linear_bf16."""
+    return torch.ops.batchtop_cpu.pack_linear_bf16(interleave_halves(weight) if half else weight)
+
+
+def _features(x: torch.Tensor) -> torch.Tensor:
     if x.stride(-1) != 1:
         x = x.contiguous()
     if x.shape[1] % 2:
         x = torch.nn.functional.pad(x, (0, 1))  # the packed weight's padding feature is zero
+    return x
+
+
+def linear_bf16(x: torch.Tensor, packed: torch.Tensor, bias: torch.Tensor | None, out_features: int,
+                half: int = 0) -> torch.Tensor:
+    """x (rows, K) @ W^T + bias in bfloat16, fp32 accumulation; each row's result independent of the others.
+    half: what the weight was packed with."""
+    x = _features(x)
     out = torch.empty((x.shape[0], out_features), dtype=x.dtype)
-    torch.ops.batchtop_cpu.linear_bf16(out, x, packed, bias)
+    torch.ops.batchtop_cpu.linear_bf16(out, x, packed, bias, half, 0)
     return out
+
+
+def silu_mul_linear_bf16(x: torch.Tensor, packed: torch.Tensor, bias: torch.Tensor | None, half: int) -> torch.Tensor:
+    """silu_and_mul(linear_bf16(x, ...)) in one kernel, bitwise the same: the weight packed by halves."""
+    x = _features(x)
+    out = torch.empty((x.shape[0], half), dtype=x.dtype)
+    torch.ops.batchtop_cpu.linear_bf16(out, x, packed, bias, half, 1)
+    return out
+
+
+def decoder_layer_bf16(x: torch.Tensor, norms: tuple[torch.Tensor, torch.Tensor],
+                       linears: tuple[tuple[torch.Tensor, torch.Tensor | None], ...], cos: torch.Tensor,
+                       sin: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, slot_mapping: torch.Tensor,
+                       block_tables: torch.Tensor, row_tables: torch.Tensor | None, context_lens: torch.Tensor,
+                       num_heads: int, eps: float, scale: float) -> None:
+    """One decoder layer on x (rows, hidden) in place: norms (input, post-attention), linears (pack, bias)
+    of qkv, o, gate_up (packed by halves) and down; this layer's pool; the attention's tables as for
+    paged_attention. Writes each row's K/V at its slot."""
+    (qkv, qkv_b), (o, o_b), (gate_up, gate_up_b), (down, down_b) = linears
+    torch.ops.batchtop_cpu.decoder_layer_bf16(x, norms[0], norms[1], qkv, qkv_b, o, o_b, gate_up, gate_up_b, down,
+                                              down_b, cos, sin, k_cache, v_cache, slot_mapping, block_tables,
+                                              row_tables, context_lens, num_heads, eps, scale)
 
 
 def argmax(logits: torch.Tensor) -> torch.Tensor:

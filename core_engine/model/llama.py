@@ -17,9 +17,9 @@ import torch.nn.functional as F
 from torch import nn
 
 from batchtop.core_engine.config import ModelConfig
-from batchtop.core_engine.model.packed_linear import PackedLinear
+from batchtop.core_engine.model.packed_linear import PackedLinear, packing
 from batchtop.gpu_kernels import (cpu_kernels, decode_attention, decode_mask, gather_kv, needs_decode_mask,
-                                  prefill_attention, store_kv)
+                                  prefill_attention, store_kv, uses_cpu_kernel)
 
 
 @dataclass(slots=True)
@@ -212,11 +212,14 @@ class MLP(nn.Module):
         super().__init__()
         i = config.intermediate_size
         # HF: gate_proj, up_proj
-        self.gate_up_proj = PackedLinear(config.hidden_size, 2 * i, bias=config.mlp_bias)
+        self.gate_up_proj = PackedLinear(config.hidden_size, 2 * i, bias=config.mlp_bias, halves=True)
         self.down_proj = PackedLinear(i, config.hidden_size, bias=config.mlp_bias)
         register_fused(self, "gate_up_proj", (("gate_proj", i), ("up_proj", i)))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        act = self.gate_up_proj.silu_mul(x)  # batchtop's bf16 kernel: SiLU-and-mul as the GEMM's epilogue
+        if act is not None:
+            return self.down_proj(act)
         gate_up = self.gate_up_proj(x)
         if fused_on_cpu(gate_up):
             return self.down_proj(cpu_kernels.silu_and_mul(gate_up))
@@ -238,6 +241,18 @@ class DecoderLayer(nn.Module):
         x, normed = self.post_attention_layernorm.add_and_norm(x, attended)
         return x + self.mlp(normed)
 
+    def forward_fused(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, batch: AttentionBatch,
+                      rows: tuple[torch.Tensor, torch.Tensor | None, torch.Tensor]) -> None:
+        """forward's result written into x, bitwise, by one C++ call (cpu_kernels.decoder_layer_bf16);
+        rows: every row's (block tables, table of each row or None for one each, context lengths)."""
+        attn, mlp = self.self_attn, self.mlp
+        linears = tuple((lin.bf16_pack(), lin.bias) for lin in (attn.qkv_proj, attn.o_proj, mlp.gate_up_proj,
+                                                                 mlp.down_proj))
+        k_cache, v_cache = batch.kv_caches[attn.layer_idx]
+        cpu_kernels.decoder_layer_bf16(x, (self.input_layernorm.weight, self.post_attention_layernorm.weight), linears,
+                                       cos, sin, k_cache, v_cache, batch.slot_mapping, *rows, attn.num_heads,
+                                       self.input_layernorm.variance_epsilon, attn.scale)
+
 
 class LlamaBody(nn.Module):
     def __init__(self, config: ModelConfig) -> None:
@@ -257,11 +272,23 @@ class LlamaForCausalLM(nn.Module):
         self.lm_head = PackedLinear(config.hidden_size, config.vocab_size, bias=False)
         self.tie_weights()
         self._inv_freq = rope_inv_freq(config)
+        self.fuse_layers = True  # False: every layer op by op, even where forward_fused could run it
 
     def tie_weights(self) -> None:
         """With tie_word_embeddings the lm_head reads the embedding matrix (one tensor, not a copy)."""
         if self.config.tie_word_embeddings:
             self.lm_head.weight = self.model.embed_tokens.weight
+
+    def _fused_rows(self, x: torch.Tensor, batch: AttentionBatch) -> tuple | None:
+        """What forward_fused attends with: every row in the one kernel call (decode rows, or the varlen
+        rows of decode rows and prompt chunks), or None where the layers run op by op."""
+        if not self.fuse_layers or batch.prefills or not fusable_layers(self.config, x.device, x.dtype):
+            return None
+        if batch.varlen is not None:
+            return batch.varlen.tables, batch.varlen.row_tables, batch.varlen.context_lens
+        if batch.decode_block_tables is None:
+            return None
+        return batch.decode_block_tables, None, batch.decode_context_lens
 
     @torch.inference_mode()
     def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, batch: AttentionBatch,
@@ -275,10 +302,22 @@ class LlamaForCausalLM(nn.Module):
                                                                                   self.config.head_dim):
             k_cache = batch.kv_caches[0][0]
             batch.decode_mask = decode_mask(batch.decode_block_tables, batch.decode_context_lens, k_cache.shape[1])
+        rows = self._fused_rows(x, batch)
         for layer in self.model.layers:
-            x = layer(x, cos, sin, batch)
+            if rows is not None:
+                layer.forward_fused(x, cos, sin, batch, rows)
+            else:
+                x = layer(x, cos, sin, batch)
         x = self.model.norm(x[logits_rows])  # only the rows we sample from reach the lm_head
         return self.lm_head(x)  # model dtype: greedy argmax needs no fp32 copy
+
+
+def fusable_layers(config: ModelConfig, device: torch.device, dtype: torch.dtype) -> bool:
+    """Whether DecoderLayer.forward_fused computes this model's layers here: bf16 on the CPU kernels with
+    batchtop's GEMM, no per-head q/k norms, the MLP packed by halves."""
+    return (dtype == torch.bfloat16 and packing(device, dtype) == "batchtop" and not config.qk_norm
+            and config.intermediate_size % 32 == 0 and config.hidden_size % 2 == 0
+            and uses_cpu_kernel(device, dtype, config.head_dim) and cpu_kernels.decoder_layer_usable())
 
 
 def init_weights(model: LlamaForCausalLM, seed: int, std: float = 0.02) -> None:

@@ -64,27 +64,53 @@ def weight_key(weight: torch.Tensor) -> tuple:
 
 
 PACKERS = {"batchtop": cpu_kernels.pack_linear_bf16,
-           "onednn": lambda w: torch.ops.mkldnn._reorder_linear_weight(w),
-           "mkl": lambda w: torch.ops.mkl._mkl_reorder_linear_weight(w, MKL_PACK_ROWS)}
+           "onednn": lambda w, half: torch.ops.mkldnn._reorder_linear_weight(w),
+           "mkl": lambda w, half: torch.ops.mkl._mkl_reorder_linear_weight(w, MKL_PACK_ROWS)}
 
 
 class PackedLinear(nn.Linear):
-    def __init__(self, in_features: int, out_features: int, bias: bool = True, **kwargs) -> None:
+    def __init__(self, in_features: int, out_features: int, bias: bool = True, halves: bool = False,
+                 **kwargs) -> None:
+        """halves: the output is two halves [gate | up] that batchtop's bf16 kernel may pack interleaved,
+        so that its SiLU-and-mul epilogue finds each column's gate and up side by side (silu_mul)."""
         super().__init__(in_features, out_features, bias, **kwargs)
         self._packed: torch.Tensor | None = None
         self._packed_key: tuple | None = None
+        self._halves = halves and out_features % 64 == 0
+
+    def half(self, kind: str | None) -> int:
+        """The half length the pack interleaves (0: a plain pack)."""
+        return self.out_features // 2 if self._halves and kind == "batchtop" else 0
+
+    def pack(self, kind: str) -> torch.Tensor:
+        """The weight packed for `kind`, repacked whenever the weight has changed."""
+        weight = self.weight
+        key = (kind, *weight_key(weight))
+        if self._packed is None or self._packed_key != key:
+            self._packed = PACKERS[kind](weight.detach(), self.half(kind))
+            self._packed_key = key
+        return self._packed
+
+    def bf16_pack(self) -> torch.Tensor | None:
+        """The pack of batchtop's bf16 kernel, or None where that kernel does not run this weight."""
+        weight = self.weight
+        return self.pack("batchtop") if packing(weight.device, weight.dtype) == "batchtop" else None
+
+    def silu_mul(self, x: torch.Tensor) -> torch.Tensor | None:
+        """silu(gate) * up of this [gate | up] projection in one kernel, or None where it has none."""
+        packed = self.bf16_pack() if self._halves and x.dim() == 2 else None
+        if packed is None:
+            return None
+        return cpu_kernels.silu_mul_linear_bf16(x, packed, self.bias, self.out_features // 2)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         weight = self.weight
         kind = packing(weight.device, weight.dtype) if x.dim() == 2 else None
         if kind is None or (kind == "mkl" and x.shape[0] > MKL_PACK_ROWS):
             return F.linear(x, weight, self.bias)
-        key = (kind, *weight_key(weight))
-        if self._packed is None or self._packed_key != key:
-            self._packed = PACKERS[kind](weight.detach())
-            self._packed_key = key
+        self.pack(kind)
         if kind == "batchtop":
-            return cpu_kernels.linear_bf16(x, self._packed, self.bias, self.out_features)
+            return cpu_kernels.linear_bf16(x, self._packed, self.bias, self.out_features, self.half(kind))
         if kind == "onednn":
             rows = x.shape[0]
             if rows < ONEDNN_MIN_ROWS:  # oneDNN's 1- and 2-row kernels stream the weights slower than its 4-row one

@@ -15,37 +15,13 @@
 #include <cstdint>
 
 #include "cpu_vec.h"
+#include "fused_rows.h"
 
 namespace {
 
 using namespace batchtop_cpu;
 
 constexpr int64_t GRAIN = 1 << 14;  // elements per parallel task: small tensors stay on one thread
-
-template <typename T>
-void rms_norm_row(T* out, const T* x, const T* w, int64_t n, float eps) {
-  float sumsq = 0.f;
-  int64_t i = 0;
-#if defined(__AVX512F__)
-  __m512 acc = _mm512_setzero_ps();
-  for (; i + 16 <= n; i += 16) {
-    const __m512 v = load16(x + i);
-    acc = _mm512_fmadd_ps(v, v, acc);
-  }
-  sumsq = _mm512_reduce_add_ps(acc);
-#endif
-  for (; i < n; ++i) sumsq += to_float(x[i]) * to_float(x[i]);
-  const float inv = 1.f / std::sqrt(sumsq / static_cast<float>(n) + eps);
-  i = 0;
-#if defined(__AVX512F__)
-  const __m512 vinv = _mm512_set1_ps(inv);
-  for (; i + 16 <= n; i += 16) {
-    const __m512 normed = round16<T>(_mm512_mul_ps(load16(x + i), vinv));  // rounded before the scale, as HF
-    store16(out + i, _mm512_mul_ps(load16(w + i), normed));
-  }
-#endif
-  for (; i < n; ++i) store(out + i, to_float(w[i]) * round_to<T>(to_float(x[i]) * inv));
-}
 
 template <typename T>
 void rms_norm_impl(at::Tensor& out, at::Tensor& x, const at::Tensor& w, double eps, const at::Tensor* added) {
@@ -133,25 +109,14 @@ void silu_and_mul(at::Tensor out, const at::Tensor& gate_up) {
 
 template <typename T>
 void rope_impl(at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin) {
-  const int64_t rows = x.size(0), heads = x.size(1), hd = x.size(2), half = hd / 2;
+  const int64_t rows = x.size(0), heads = x.size(1), hd = x.size(2);
   const int64_t row_stride = x.stride(0), head_stride = x.stride(1);
   T* xp = x.data_ptr<T>();
   const T* cp = cos.data_ptr<T>();
   const T* sp = sin.data_ptr<T>();
   at::parallel_for(0, rows, std::max<int64_t>(1, GRAIN / (heads * hd)), [&](int64_t begin, int64_t end) {
-    float head[512];
-    for (int64_t r = begin; r < end; ++r) {
-      const T* c = cp + r * hd;
-      const T* s = sp + r * hd;
-      for (int64_t h = 0; h < heads; ++h) {
-        T* v = xp + r * row_stride + h * head_stride;
-        for (int64_t d = 0; d < hd; ++d) head[d] = to_float(v[d]);
-        for (int64_t d = 0; d < hd; ++d) {
-          const float rotated = head[d < half ? d + half : d - half];
-          store(v + d, round_to<T>(head[d] * to_float(c[d])) + rotated * to_float(s[d]));
-        }
-      }
-    }
+    for (int64_t r = begin; r < end; ++r)
+      for (int64_t h = 0; h < heads; ++h) rope_head(xp + r * row_stride + h * head_stride, cp + r * hd, sp + r * hd, hd);
   });
 }
 

@@ -7,14 +7,30 @@
 // one sequential stream: the hardware prefetcher's best case, which oneDNN's GEMV (about 59% of the copy
 // bandwidth here) does not reach.
 //
-// Each output element is accumulated in fp32 over p in order, one accumulator per element, whatever the
-// number of rows and however they are tiled: a row's result is the same alone and in any batch.
-#include "cpu_vec.h"
+// Up to 6 rows are one register tile over the whole of K. More rows go through K in chunks of CHUNK
+// pairs: every row tile runs over a chunk (the first streams it from memory, the others find it in L1)
+// before the next chunk, so streaming the weights from DRAM overlaps the arithmetic instead of coming
+// before it. The tiles' fp32 sums wait in a per-thread buffer between chunks (stored and loaded
+// exactly), so each output element is still accumulated in fp32 over p in order, one accumulator per
+// element, whatever the number of rows and however they are tiled: a row's result is the same alone and
+// in any batch, and the same as with one tile over the whole of K.
+//
+// The threads split the output columns at 16-column blocks (not 64-column groups), so that N = 576 (9
+// groups) splits evenly; a thread's range may start or end inside a group.
+//
+// Epilogues (linear_bf16_cpu.h): store y; y = silu(gate) * up (kSiluMul) from a weight packed with
+// gate and up interleaved by halves (below); or x += y in place (kAddInto, a residual add). Each rounds
+// where the torch ops it replaces round.
+#include "linear_bf16_cpu.h"
 
 #include <ATen/Parallel.h>
 #include <torch/library.h>
 
 #include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include "cpu_vec.h"
 
 namespace batchtop_cpu {
 namespace {
@@ -22,56 +38,145 @@ namespace {
 constexpr int64_t GROUP = 64;   // output columns per packed group
 constexpr int BLOCKS = 4;       // 16-lane blocks per group
 constexpr int MAX_ROWS = 6;     // rows per tile: 6 x 4 accumulators + 4 weight lines fit the 32 registers
-// Lines prefetched this many pairs (4 KiB) ahead, every line of them, by the tiles after a group's first:
-// prefetching only some of the lines made a 1-row GEMV slower than none (20 vs 23-26 GB/s), all of them
-// 27-28 GB/s. But the first tile streams the group from DRAM, where the hardware prefetcher does better
-// alone: over a step's GEMMs in turn, the first tile without it made decode steps 1-9% faster at 1-16
-// rows (the same at 32-64), and the 4-6-row tiles no slower than the 3-row one. The later tiles re-read
-// the group from L2, where the prefetch still pays.
+constexpr int64_t LINE = 64 * BLOCKS;  // bytes of one pair across a group
+// Pairs per K chunk when the rows take several tiles: 64 pairs are 16 KiB of a group's weights, which
+// the later tiles re-read from L1 (32 KiB) beside their rows' features and sums.
+constexpr int64_t CHUNK = 64;
+// Lines prefetched this many pairs (4 KiB) ahead, every line of them, by the tiles after a chunk's
+// first: they re-read it from L1/L2, where the prefetch still pays. The first tile streams the chunk
+// from DRAM, where the hardware prefetcher does better alone.
 constexpr int64_t PREFETCH = 16;
 
 #if defined(__AVX512BF16__)
-// R rows (x_stride apart, out_stride apart in out) times one group of `cols` columns.
-template <int R>
-void tile(const c10::BFloat16* x, int64_t x_stride, const c10::BFloat16* w, int64_t pairs,
-          const c10::BFloat16* bias, c10::BFloat16* out, int64_t out_stride, int64_t cols, bool prefetch) {
-  __m512 acc[R][BLOCKS];
+// R rows (x_stride apart) times NB blocks of the group's lines, over np pairs from `line`; the sums start
+// at zero (fresh) or from acc, and end in acc: acc[(r * NB + b) * 16 + lane].
+template <int R, int NB>
+void accumulate(const c10::BFloat16* x, int64_t x_stride, const char* line, int64_t np, float* acc_io, bool fresh,
+                bool prefetch) {
+  __m512 acc[R][NB];
   for (int r = 0; r < R; ++r)
-    for (int b = 0; b < BLOCKS; ++b) acc[r][b] = _mm512_setzero_ps();
-  const char* line = reinterpret_cast<const char*>(w);
-  for (int64_t p = 0; p < pairs; ++p, line += 64 * BLOCKS) {
+    for (int b = 0; b < NB; ++b)
+      acc[r][b] = fresh ? _mm512_setzero_ps() : _mm512_loadu_ps(acc_io + (r * NB + b) * 16);
+  for (int64_t p = 0; p < np; ++p, line += LINE) {
     if (prefetch)
-      for (int b = 0; b < BLOCKS; ++b) _mm_prefetch(line + PREFETCH * 64 * BLOCKS + 64 * b, _MM_HINT_T0);
-    __m512bh wl[BLOCKS];
-    for (int b = 0; b < BLOCKS; ++b) wl[b] = (__m512bh)_mm512_loadu_si512(line + 64 * b);
+      for (int b = 0; b < NB; ++b) _mm_prefetch(line + PREFETCH * LINE + 64 * b, _MM_HINT_T0);
+    __m512bh wl[NB];
+    for (int b = 0; b < NB; ++b) wl[b] = (__m512bh)_mm512_loadu_si512(line + 64 * b);
     for (int r = 0; r < R; ++r) {
       int32_t pair;  // (x[2p], x[2p+1]) as one 32-bit lane
       std::memcpy(&pair, x + r * x_stride + 2 * p, sizeof pair);
       const __m512bh xp = (__m512bh)_mm512_set1_epi32(pair);
-      for (int b = 0; b < BLOCKS; ++b) acc[r][b] = _mm512_dpbf16_ps(acc[r][b], xp, wl[b]);
+      for (int b = 0; b < NB; ++b) acc[r][b] = _mm512_dpbf16_ps(acc[r][b], xp, wl[b]);
     }
   }
-  for (int b = 0; b < BLOCKS; ++b) {
-    const int64_t c0 = 16 * b;
-    if (c0 >= cols) break;
-    const __m512 add = bias ? load16(bias + c0) : _mm512_setzero_ps();
-    for (int r = 0; r < R; ++r) {
-      const __m512 y = _mm512_add_ps(acc[r][b], add);
-      if (c0 + 16 <= cols) {
-        store16(out + r * out_stride + c0, y);
-      } else {
-        alignas(64) c10::BFloat16 tmp[16];
-        store16(tmp, y);
-        std::copy(tmp, tmp + (cols - c0), out + r * out_stride + c0);
-      }
-    }
+  for (int r = 0; r < R; ++r)
+    for (int b = 0; b < NB; ++b) _mm512_storeu_ps(acc_io + (r * NB + b) * 16, acc[r][b]);
+}
+
+using Accumulate = void (*)(const c10::BFloat16*, int64_t, const char*, int64_t, float*, bool, bool);
+template <int NB>
+constexpr Accumulate BY_ROWS[MAX_ROWS + 1] = {nullptr,           accumulate<1, NB>, accumulate<2, NB>,
+                                              accumulate<3, NB>, accumulate<4, NB>, accumulate<5, NB>,
+                                              accumulate<6, NB>};
+constexpr const Accumulate* KERNELS[BLOCKS + 1] = {nullptr, BY_ROWS<1>, BY_ROWS<2>, BY_ROWS<3>, BY_ROWS<4>};
+
+inline void store_cols(c10::BFloat16* dst, __m512 y, int64_t cols) {
+  if (cols >= 16) {
+    store16(dst, y);
+  } else {
+    alignas(64) c10::BFloat16 tmp[16];
+    store16(tmp, y);
+    std::copy(tmp, tmp + cols, dst);
   }
 }
 
-using RowsTile = void (*)(const c10::BFloat16*, int64_t, const c10::BFloat16*, int64_t, const c10::BFloat16*,
-                          c10::BFloat16*, int64_t, int64_t, bool);
-constexpr RowsTile TILES[MAX_ROWS + 1] = {nullptr, tile<1>, tile<2>, tile<3>, tile<4>, tile<5>, tile<6>};
+inline __m512 silu16(__m512 x) {  // x / (1 + exp(-x)), as fused_ops' silu_and_mul
+  return _mm512_div_ps(x, _mm512_add_ps(_mm512_set1_ps(1.f), exp16(_mm512_sub_ps(_mm512_setzero_ps(), x))));
+}
+
+// One thread's share: blocks [begin, end) of the packed weight's 16-column blocks.
+void run_blocks(const LinearArgs& a, int64_t begin, int64_t end) {
+  const int64_t pairs = a.pairs, rows = a.rows;
+  const int64_t chunk = rows <= MAX_ROWS ? pairs : CHUNK;
+  const int64_t tiles = (rows + MAX_ROWS - 1) / MAX_ROWS;
+  std::vector<float> acc(tiles * MAX_ROWS * GROUP);
+  const char* weights = reinterpret_cast<const char*>(a.packed);
+  for (int64_t blk = begin; blk < end;) {
+    const int64_t g = blk / BLOCKS, lo = blk % BLOCKS, hi = std::min<int64_t>(BLOCKS, end - g * BLOCKS);
+    const int nb = static_cast<int>(hi - lo);
+    const char* wg = weights + g * pairs * LINE + lo * 64;
+    for (int64_t p0 = 0; p0 < pairs; p0 += chunk) {
+      const int64_t np = std::min(chunk, pairs - p0);
+      for (int64_t t = 0; t < tiles; ++t) {
+        const int64_t take = std::min<int64_t>(MAX_ROWS, rows - t * MAX_ROWS);
+        KERNELS[nb][take](a.x + t * MAX_ROWS * a.x_stride + 2 * p0, a.x_stride, wg + p0 * LINE, np,
+                          acc.data() + t * MAX_ROWS * GROUP, p0 == 0, t > 0);
+      }
+    }
+    for (int64_t r = 0; r < rows; ++r) {
+      const float* sums = acc.data() + (r / MAX_ROWS) * MAX_ROWS * GROUP + (r % MAX_ROWS) * nb * 16;
+      c10::BFloat16* y = a.out + r * a.out_stride;
+      if (a.epilogue == Epilogue::kSiluMul) {  // blocks (2j, 2j+1) of group g: gate and up of 16 columns
+        for (int bb = 0; bb + 1 < nb; bb += 2) {
+          const int64_t col = GROUP / 2 * g + 16 * ((lo + bb) / 2), up_col = a.half + col;
+          __m512 gate = _mm512_loadu_ps(sums + bb * 16), up = _mm512_loadu_ps(sums + (bb + 1) * 16);
+          if (a.bias) gate = _mm512_add_ps(gate, load16(a.bias + col)), up = _mm512_add_ps(up, load16(a.bias + up_col));
+          const __m512 act = round16<c10::BFloat16>(silu16(round16<c10::BFloat16>(gate)));
+          store16(y + col, _mm512_mul_ps(act, round16<c10::BFloat16>(up)));
+        }
+        continue;
+      }
+      for (int bb = 0; bb < nb; ++bb) {
+        const int64_t b = lo + bb;
+        const int64_t col = a.half ? (b & 1) * a.half + GROUP / 2 * g + 16 * (b >> 1) : GROUP * g + 16 * b;
+        const int64_t cols = a.half ? 16 : std::min<int64_t>(16, a.n - col);
+        if (cols <= 0) break;
+        __m512 v = _mm512_loadu_ps(sums + bb * 16);
+        if (a.bias) {
+          if (cols >= 16) {
+            v = _mm512_add_ps(v, load16(a.bias + col));
+          } else {
+            alignas(64) c10::BFloat16 tmp[16] = {};
+            std::copy(a.bias + col, a.bias + col + cols, tmp);
+            v = _mm512_add_ps(v, load16(tmp));
+          }
+        }
+        if (a.epilogue == Epilogue::kAddInto) {  // y = dtype(y + dtype(x W^T + b))
+          alignas(64) c10::BFloat16 tmp[16] = {};
+          std::copy(y + col, y + col + cols, tmp);
+          v = _mm512_add_ps(load16(tmp), round16<c10::BFloat16>(v));
+        }
+        store_cols(y + col, v, cols);
+      }
+    }
+    blk = g * BLOCKS + hi;
+  }
+}
 #endif
+
+}  // namespace
+
+bool linear_bf16_supported() {
+#if defined(__AVX512BF16__)
+  return true;
+#else
+  return false;
+#endif
+}
+
+void linear_bf16_run(const LinearArgs& a) {
+  TORCH_CHECK(linear_bf16_supported(), "linear_bf16: built without AVX512_BF16");
+  if (a.rows == 0) return;
+#if defined(__AVX512BF16__)
+  // a kSiluMul output column needs its gate and up blocks on one thread: split at block pairs then
+  const int64_t unit = a.half ? 2 : 1, units = a.groups * BLOCKS / unit;
+  at::parallel_for(0, units, 1, [&](int64_t begin, int64_t end) {
+    run_blocks(a, begin * unit, std::min(a.groups * BLOCKS, end * unit));
+  });
+#endif
+}
+
+namespace {
 
 at::Tensor pack_linear_bf16(const at::Tensor& weight) {
   TORCH_CHECK(weight.dim() == 2 && weight.scalar_type() == at::kBFloat16,
@@ -98,58 +203,48 @@ at::Tensor pack_linear_bf16(const at::Tensor& weight) {
   return packed;
 }
 
-bool linear_bf16_supported() {
-#if defined(__AVX512BF16__)
-  return true;
-#else
-  return false;
-#endif
-}
-
-void linear_bf16(at::Tensor& out, const at::Tensor& x, const at::Tensor& packed, const c10::optional<at::Tensor>& bias) {
+// out (rows, N) = x (rows, K) W^T + bias, or with epilogue 1 out (rows, half) = silu(gate) * up, or with
+// epilogue 2 out += x W^T + bias. half > 0: the weight was packed with its two halves (rows [0, half) and
+// [half, 2 half)) interleaved by 16 rows, 32 of each to a group (cpu_kernels.interleave_halves); bias
+// and out stay in the plain order.
+void linear_bf16(at::Tensor& out, const at::Tensor& x, const at::Tensor& packed, const c10::optional<at::Tensor>& bias,
+                 int64_t half, int64_t epilogue) {
   TORCH_CHECK(linear_bf16_supported(), "linear_bf16: built without AVX512_BF16");
   TORCH_CHECK(x.dim() == 2 && x.scalar_type() == at::kBFloat16 && x.stride(1) == 1,
               "linear_bf16: x must be 2-D bfloat16 with unit column stride, got ", x.sizes(), " ", x.scalar_type());
   TORCH_CHECK(packed.dim() == 4 && packed.size(2) == GROUP && packed.size(3) == 2 && packed.is_contiguous() &&
                   packed.scalar_type() == at::kBFloat16, "linear_bf16: packed must come from pack_linear_bf16");
-  const int64_t rows = x.size(0), pairs = packed.size(1), n = out.size(1);
+  TORCH_CHECK(epilogue >= 0 && epilogue <= 2, "linear_bf16: epilogue must be 0 (store), 1 (silu_mul) or 2 (add_into)");
+  const auto ep = static_cast<Epilogue>(epilogue);
+  const int64_t rows = x.size(0), groups = packed.size(0), pairs = packed.size(1);
+  const int64_t n = groups * GROUP;  // the weight's output features (exact when half > 0)
   TORCH_CHECK(x.size(1) == 2 * pairs, "linear_bf16: x has ", x.size(1), " features, the weight ", 2 * pairs,
               " (an odd K is padded by the caller)");
+  TORCH_CHECK(half == 0 || (half > 0 && 2 * half == n && half % (GROUP / 2) == 0),
+              "linear_bf16: half must be 0 or half of the weight's rows, a multiple of 32");
+  TORCH_CHECK(ep != Epilogue::kSiluMul || half > 0, "linear_bf16: silu_mul needs a weight packed by halves");
+  const int64_t out_cols = ep == Epilogue::kSiluMul ? half : out.size(1);
   TORCH_CHECK(out.dim() == 2 && out.size(0) == rows && out.stride(1) == 1 && out.scalar_type() == at::kBFloat16 &&
-                  n <= packed.size(0) * GROUP && n > (packed.size(0) - 1) * GROUP,
-              "linear_bf16: out must be (rows, N) bfloat16 with the weight's N");
+                  (ep == Epilogue::kSiluMul ? out.size(1) == half
+                                            : out_cols <= n && out_cols > n - GROUP && (half == 0 || out_cols == n)),
+              "linear_bf16: out must be (rows, N) bfloat16 with the weight's N (N / 2 for silu_mul)");
   const c10::BFloat16* b = nullptr;
   if (bias && bias->defined()) {
-    TORCH_CHECK(bias->dim() == 1 && bias->size(0) == n && bias->is_contiguous() &&
-                    bias->scalar_type() == at::kBFloat16, "linear_bf16: bias must be contiguous (N,) bfloat16");
+    TORCH_CHECK(bias->dim() == 1 && bias->size(0) == (ep == Epilogue::kSiluMul ? n : out_cols) &&
+                    bias->is_contiguous() && bias->scalar_type() == at::kBFloat16,
+                "linear_bf16: bias must be contiguous (N,) bfloat16");
     b = bias->data_ptr<c10::BFloat16>();
   }
-  if (rows == 0) return;
-#if defined(__AVX512BF16__)
-  const auto* xp = x.data_ptr<c10::BFloat16>();
-  const auto* wp = packed.data_ptr<c10::BFloat16>();
-  auto* yp = out.data_ptr<c10::BFloat16>();
-  const int64_t groups = packed.size(0), xs = x.stride(0), ys = out.stride(0);
-  // split the columns, never the rows, across threads: each weight group is streamed once
-  at::parallel_for(0, groups, 4, [&](int64_t begin, int64_t end) {
-    for (int64_t g = begin; g < end; ++g) {
-      const int64_t cols = std::min(GROUP, n - g * GROUP);
-      const c10::BFloat16* wg = wp + g * pairs * GROUP * 2;
-      const c10::BFloat16* bg = b ? b + g * GROUP : nullptr;
-      for (int64_t r = 0; r < rows; r += MAX_ROWS) {
-        const int64_t take = std::min<int64_t>(MAX_ROWS, rows - r);
-        TILES[take](xp + r * xs, xs, wg, pairs, bg, yp + r * ys + g * GROUP, ys, cols, r > 0);
-      }
-    }
-  });
-#endif
+  linear_bf16_run(LinearArgs{x.data_ptr<c10::BFloat16>(), x.stride(0), rows, packed.data_ptr<c10::BFloat16>(), groups,
+                             pairs, ep == Epilogue::kSiluMul ? n : out_cols, half, b, out.data_ptr<c10::BFloat16>(),
+                             out.stride(0), ep});
 }
 
 }  // namespace
 
 TORCH_LIBRARY_FRAGMENT(batchtop_cpu, m) {
   m.def("pack_linear_bf16(Tensor weight) -> Tensor");
-  m.def("linear_bf16(Tensor(a!) out, Tensor x, Tensor packed, Tensor? bias) -> ()");
+  m.def("linear_bf16(Tensor(a!) out, Tensor x, Tensor packed, Tensor? bias, int half=0, int epilogue=0) -> ()");
   m.def("linear_bf16_supported() -> bool", &linear_bf16_supported);
   m.impl("pack_linear_bf16", c10::DispatchKey::CPU, TORCH_FN(pack_linear_bf16));
   m.impl("linear_bf16", c10::DispatchKey::CPU, TORCH_FN(linear_bf16));

@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "cpu_vec.h"
+#include "paged_attention_cpu.h"
 
 namespace {
 
@@ -189,6 +190,7 @@ void attend_avx512_group(const Job& job, const Pool& pool, int group, float scal
   switch (group) {
     case 1: return attend_avx512<T, C, 1>(job, pool, group, scale, work);
     case 2: return attend_avx512<T, C, 2>(job, pool, group, scale, work);
+    case 3: return attend_avx512<T, C, 3>(job, pool, group, scale, work);  // SmolLM2: 9 heads on 3
     case 4: return attend_avx512<T, C, 4>(job, pool, group, scale, work);
     case 8: return attend_avx512<T, C, 8>(job, pool, group, scale, work);
     default: return attend_avx512<T, C, 0>(job, pool, group, scale, work);
@@ -231,6 +233,10 @@ void run_all(const at::Tensor& out, const at::Tensor& q, const at::Tensor& k_cac
   });
 }
 
+}  // namespace
+
+namespace batchtop_cpu {
+
 // out, q: (rows, heads, head_dim), last dim contiguous; k/v_cache: one contiguous pool layer;
 // block_tables: (num_tables, max_blocks) int64 with contiguous rows; row_tables: (rows,) int64,
 // the table each query row reads (None: row r reads table r); context_lens: (rows,) int64, the keys [0, len) each row attends to.
@@ -256,10 +262,10 @@ void paged_attention(at::Tensor out, const at::Tensor& q, const at::Tensor& k_ca
            });
 }
 
-}  // namespace
+}  // namespace batchtop_cpu
 
 TORCH_LIBRARY(batchtop_cpu, m) {
   m.def("paged_attention(Tensor(a!) out, Tensor q, Tensor k_cache, Tensor v_cache, Tensor block_tables, "
         "Tensor? row_tables, Tensor context_lens, float scale) -> ()");
-  m.impl("paged_attention", c10::DispatchKey::CPU, TORCH_FN(paged_attention));
+  m.impl("paged_attention", c10::DispatchKey::CPU, TORCH_FN(batchtop_cpu::paged_attention));
 }

@@ -1,0 +1,188 @@
+"""The fused decoder layer (one C++ call) computes bitwise what llama.DecoderLayer computes op by op on
+the CPU kernels, K/V writes included; and the bf16 GEMM's epilogues (SiLU-and-mul from a weight packed
+by halves, the residual add) and its column split across threads change no bit either."""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from batchtop.core_engine.config import preset
+from batchtop.core_engine.model.llama import (AttentionBatch, DecoderLayer, VarlenRows, fusable_layers, init_weights,
+                                              LlamaForCausalLM, rope_cos_sin, rope_inv_freq)
+from batchtop.core_engine.model.packed_linear import PackedLinear, packing
+from batchtop.gpu_kernels import cpu_kernels
+
+CPU = torch.device("cpu")
+pytestmark = pytest.mark.skipif(packing(CPU, torch.bfloat16) != "batchtop" or not cpu_kernels.decoder_layer_usable(),
+                                reason="needs batchtop's bf16 CPU kernels (AVX512_BF16)")
+
+
+@contextlib.contextmanager
+def threads(n: int):
+    before = torch.get_num_threads()
+    torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
+def bf16_linear(k: int, n: int, bias: bool, halves: bool = False, seed: int = 0) -> PackedLinear:
+    torch.manual_seed(seed)
+    layer = PackedLinear(k, n, bias=bias, halves=halves).to(torch.bfloat16)
+    if bias:
+        with torch.no_grad():
+            layer.bias.normal_()
+    return layer
+
+
+@pytest.mark.parametrize("num_threads", [1, 2])
+@pytest.mark.parametrize("rows", [1, 5, 6, 7, 16, 40])
+def test_silu_mul_epilogue_is_bitwise_the_separate_ops(rows, num_threads):
+    """gate_up packed by halves with SiLU-and-mul as its epilogue == the plain GEMM, then silu_and_mul."""
+    k, inter = 200, 96
+    layer = bf16_linear(k, 2 * inter, bias=True, halves=True)
+    x = torch.randn(rows, k).to(torch.bfloat16)
+    plain = cpu_kernels.pack_linear_bf16(layer.weight.detach())
+    with threads(num_threads), torch.inference_mode():
+        fused = layer.silu_mul(x)
+        separate = cpu_kernels.silu_and_mul(cpu_kernels.linear_bf16(x, plain, layer.bias, 2 * inter))
+        gate, up = F.linear(x.float(), layer.weight.float(), layer.bias.float()).chunk(2, dim=-1)
+    assert fused is not None and torch.equal(fused, separate)
+    torch.testing.assert_close(fused.float(), F.silu(gate) * up, rtol=3e-2, atol=3e-2)
+
+
+@pytest.mark.parametrize("num_threads", [1, 2])
+def test_a_weight_packed_by_halves_still_gives_every_column_its_own_row(num_threads):
+    """The plain output of an interleaved pack: a one-hot weight picks out one input per column."""
+    n, k = 128, 70
+    pick = torch.randint(0, k, (n,), generator=torch.Generator().manual_seed(1))
+    layer = bf16_linear(k, n, bias=False, halves=True)
+    with torch.no_grad():
+        layer.weight.zero_()
+        layer.weight[torch.arange(n), pick] = 1
+    x = torch.randn(9, k).to(torch.bfloat16)
+    with threads(num_threads), torch.inference_mode():
+        assert layer.half("batchtop") == n // 2 and torch.equal(layer(x), x[:, pick])
+
+
+@pytest.mark.parametrize("n", [576, 130, 960])
+def test_splitting_the_columns_between_threads_inside_a_group_changes_no_bit(n):
+    """N = 576 is 9 groups of 64: two threads split it at 16-column blocks, one group between them."""
+    layer = bf16_linear(320, n, bias=True, seed=n)
+    x = torch.randn(16, 320).to(torch.bfloat16)
+    with torch.inference_mode():
+        with threads(1):
+            one = layer(x)
+        with threads(2):
+            two = layer(x)
+    assert torch.equal(one, two)
+    torch.testing.assert_close(two.float(), F.linear(x.float(), layer.weight.float(), layer.bias.float()),
+                               rtol=2e-2, atol=2e-2)
+
+
+def layer_and_batch(config, rows_spec, seed: int = 0):
+    """A bf16 DecoderLayer with random weights, a pool with random cached K/V, and a step's batch:
+    rows_spec is a list of (cached tokens, new tokens) per sequence; 1-token sequences are decode rows."""
+    torch.manual_seed(seed)
+    model = LlamaForCausalLM(dataclasses.replace(config, num_hidden_layers=1)).to(torch.bfloat16)
+    init_weights(model, seed, std=0.1)
+    for name, param in model.named_parameters():  # biases and norms away from their trivial values
+        if name.endswith("bias") or name.endswith("norm.weight"):
+            with torch.no_grad():
+                param.normal_(1.0 if name.endswith("norm.weight") else 0.0, 0.1)
+    layer: DecoderLayer = model.model.layers[0]
+    block, blocks = 4, 128
+    shape = (blocks + 1, block, config.num_key_value_heads, config.head_dim)
+    k_cache = torch.randn(shape).to(torch.bfloat16)
+    v_cache = torch.randn(shape).to(torch.bfloat16)
+    perm = torch.randperm(blocks)
+    tables, row_tables, lens, slots, positions, used = [], [], [], [], [], 0
+    width = max(-(-(c + n) // block) for c, n in rows_spec)
+    for seq, (cached, new) in enumerate(rows_spec):
+        table = perm[used:used + width].tolist()
+        used += width
+        tables.append(table)
+        for p in range(cached, cached + new):
+            row_tables.append(seq)
+            lens.append(p + 1)
+            slots.append(table[p // block] * block + p % block)
+            positions.append(p)
+    x = torch.randn(len(positions), config.hidden_size).to(torch.bfloat16)
+    cos, sin = rope_cos_sin(torch.tensor(positions), rope_inv_freq(config), torch.bfloat16)
+    tables_t = torch.tensor(tables)
+    batch = AttentionBatch([(k_cache, v_cache)], torch.tensor(slots), 0, None, None, [],
+                           varlen=VarlenRows(tables_t, torch.tensor(row_tables), torch.tensor(lens)))
+    return layer, x, cos, sin, batch
+
+
+CONFIGS = {
+    "tiny": preset("tiny"),
+    "smollm2-like": dataclasses.replace(preset("tiny"), hidden_size=192, intermediate_size=512, head_dim=64,
+                                        num_attention_heads=3, num_key_value_heads=1),
+    "biases": dataclasses.replace(preset("tiny"), attention_bias=True, o_proj_bias=True, mlp_bias=True),
+}
+
+
+@pytest.mark.parametrize("num_threads", [1, 2])
+@pytest.mark.parametrize("config", CONFIGS.values(), ids=CONFIGS.keys())
+@pytest.mark.parametrize("rows_spec", [[(5, 1), (0, 1), (17, 1), (3, 1)] * 4, [(7, 1), (0, 9), (2, 1), (12, 6)]],
+                         ids=["decode-16", "decode-and-prompts"])
+def test_the_fused_layer_is_bitwise_the_op_by_op_layer(config, rows_spec, num_threads):
+    assert fusable_layers(config, CPU, torch.bfloat16)
+    layer, x, cos, sin, batch = layer_and_batch(config, rows_spec)
+    k_cache, v_cache = batch.kv_caches[0]
+    pools = k_cache.clone(), v_cache.clone()
+    got = x.clone()
+    with threads(num_threads), torch.inference_mode():
+        want = layer(x, cos, sin, batch)  # (its residual add writes into x)
+        want_pool = k_cache.clone(), v_cache.clone()
+        k_cache.copy_(pools[0]), v_cache.copy_(pools[1])
+        varlen = batch.varlen
+        layer.forward_fused(got, cos, sin, batch, (varlen.tables, varlen.row_tables, varlen.context_lens))
+    assert torch.equal(got, want)
+    assert torch.equal(k_cache, want_pool[0]) and torch.equal(v_cache, want_pool[1])
+    assert not torch.equal(k_cache, pools[0])  # the step's K/V really went into the pool
+
+
+def test_a_bad_fused_layer_call_names_what_is_wrong():
+    layer, x, cos, sin, batch = layer_and_batch(preset("tiny"), [(3, 1), (0, 1)])
+    varlen = batch.varlen
+    rows = (varlen.tables, varlen.row_tables, varlen.context_lens)
+    with torch.inference_mode():
+        with pytest.raises(RuntimeError, match="x must be a contiguous"):
+            layer.forward_fused(x.float(), cos, sin, batch, rows)
+        with pytest.raises(RuntimeError, match="slot_mapping"):
+            layer.forward_fused(x, cos, sin, AttentionBatch(batch.kv_caches, batch.slot_mapping[:1], 0, None, None,
+                                                            []), rows)
+        with pytest.raises(RuntimeError, match="cos/sin"):
+            layer.forward_fused(x, cos[:1], sin[:1], batch, rows)
+
+
+def test_a_bf16_engine_runs_its_layers_fused_and_greedy_tokens_match_the_op_by_op_engine(monkeypatch):
+    """The engine really takes the one-call path on this CPU (decode and mixed steps), and its greedy
+    tokens are those of the same model run op by op."""
+    from batchtop.core_engine.engine.engine import Engine
+    from tests.conftest import make_requests, run_all, tiny_config
+
+    requests = make_requests(6, seed=5, prompt=(3, 20), output=(6, 12))
+    fused_engine = Engine(tiny_config(max_num_seqs=4, dtype="bfloat16"))
+    calls = []
+    forward_fused = DecoderLayer.forward_fused
+    monkeypatch.setattr(DecoderLayer, "forward_fused", lambda self, *a: calls.append(1) or forward_fused(self, *a))
+    fused, _, _ = run_all(fused_engine, requests)
+    assert calls
+    model = fused_engine.runner.model
+    model.fuse_layers = False
+    calls.clear()
+    try:
+        unfused, _, _ = run_all(Engine(tiny_config(max_num_seqs=4, dtype="bfloat16"), runner=fused_engine.runner),
+                                requests)
+    finally:
+        model.fuse_layers = True
+    assert not calls and fused == unfused
