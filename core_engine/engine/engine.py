@@ -23,7 +23,7 @@ from batchtop.core_engine.sched import Scheduler, SchedulerOutput, make_policy
 from batchtop.core_engine.engine.step_runner import StepRunner
 from batchtop.core_engine.engine.snapshot import Counters, FinishedRequest, StepSnapshot, WaitingView
 from batchtop.core_engine.model.cost import StepCost
-from batchtop.core_engine.engine.snapshot_builder import StepEvents, StepTimes, build_snapshot, slot_occupants
+from batchtop.core_engine.engine.snapshot_builder import StepEvents, StepTimes, build_snapshot, settle, slot_occupants
 
 class Engine:
     def __init__(self, config: EngineConfig, runner: StepRunner | None = None,
@@ -201,7 +201,8 @@ class Engine:
         t_end = self._clock()
         times = StepTimes(t_end - t_start, t_sched - t_start, t_prep - t_sched, t_fwd - t_prep)
         return self._publish(plan, finished, step=self.counters.steps, t=t_end - self._t0, times=times,
-                             cost=cost, decode_cost=decode_cost, occupants=occupants, num_prefill_tokens=num_prefill,
+                             cost=cost, decode_cost=decode_cost, occupants=settle(occupants),
+                             num_prefill_tokens=num_prefill,
                              new_tokens=tuple((seq.id, token) for seq, token in sampled))
 
     def _postprocess(self, plan: SchedulerOutput, sampled: list[tuple[Sequence, int]]) -> list[FinishedRequest]:

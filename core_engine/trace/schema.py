@@ -81,8 +81,8 @@ def _slot(v: object) -> str | None:
         return None
     if not isinstance(v, list) or len(v) not in (4, 5, 6):
         return f"must be 0 or [index, phase, computed, generated(, padding(, cached))], got {v!r}"
-    if v[1] not in ("p", "d", "x", "i"):
-        return f"phase must be one of p, d, x, i, got {v[1]!r}"
+    if v[1] not in ("p", "d", "x", "i", "f"):
+        return f"phase must be one of p, d, x, i, f, got {v[1]!r}"
     if not all(_is_int(x) and x >= 0 for i, x in enumerate(v) if i != 1):
         return f"must hold integers >= 0 beside its phase, got {v!r}"
     return None

@@ -12,8 +12,9 @@ HELP = """\
 # batchtop
 
 **Slots** — one cell per `max_num_seqs` slot: its request, phase (▸ prefill, ● decode, ░ padding,
-‖ idle, · empty) and progress; with a model directory, the end of its output text. Red cells are
-*bubbles*: slots doing no useful work while requests wait.
+✓ finished in this step, its KV freed, ‖ idle, · empty) and progress; with a model directory, the end
+of its output text. Red cells are *bubbles*: slots doing no useful work while requests wait. Every
+panel shows the same moment: the end of the newest step.
 
 **Slots timeline** (`v`) — rows are slots, columns recent steps, coloured by request. Static batching
 shows one block per batch: a finished row goes on as padding (░, dimmed) until the longest member

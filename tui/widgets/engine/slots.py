@@ -19,7 +19,7 @@ from textual import events
 from textual.message import Message
 
 from batchtop.core_engine.sched.request import Phase
-from batchtop.core_engine.engine.snapshot import SlotState, SlotView, StepSnapshot
+from batchtop.core_engine.engine.snapshot import WORKING_PHASES, SlotState, SlotView, StepSnapshot
 from batchtop.tui.sources.frame import DashboardFrame
 from batchtop.tui.widgets.common.panel import Panel, Runs
 from batchtop.tui.widgets.engine.slot_look import GRID_GLYPH, text_tail
@@ -102,11 +102,16 @@ class SlotsPanel(Panel):
         if snap is None:
             self.border_title = f"Slots · {view}"
             return
-        states = snap.slot_states()
-        busy, padding, bubbles = (states.count(s) for s in (SlotState.WORKING, SlotState.PADDING, SlotState.BUBBLE))
+        # the title counts the slots as the step leaves them (the block map's moment): those that finished in
+        # it are free now, shown ✓ for this one frame
+        phases = [s.phase for s in snap.slots]
+        busy = sum(p in WORKING_PHASES for p in phases)
+        padding, finished = phases.count(Phase.PADDING), phases.count(Phase.FINISHED)
+        bubbles = snap.slot_states().count(SlotState.BUBBLE)
         self.border_title = f"Slots {busy}/{snap.max_num_seqs} busy · {view}"
-        waste = [f"{n} {name}{'s' * (n != 1)}" for n, name in ((padding, "padding row"), (bubbles, "bubble")) if n]
-        self.border_subtitle = " · ".join(waste) if waste else "v: grid/timeline"
+        notes = [f"{n} {name}{'s' * (n != 1)}" for n, name in ((padding, "padding row"), (bubbles, "bubble")) if n]
+        notes += [f"{finished} finished"] if finished else []
+        self.border_subtitle = " · ".join(notes) if notes else "v: grid/timeline"
 
     def render(self) -> Text:
         frame = self.frame
