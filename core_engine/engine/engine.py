@@ -18,6 +18,7 @@ from batchtop.core_engine.errors import InvalidRequest
 from batchtop.core_engine.sched.kv_cache import BlockAllocator, BlockManager
 from batchtop.core_engine.sched.request import FinishReason, Request, Sequence
 from batchtop.core_engine.model.cost import Chunk, step_cost
+from batchtop.core_engine.worker.kernel_switch import switch_in_built_kernels
 from batchtop.core_engine.worker.model_runner import ModelRunner
 from batchtop.core_engine.sched import Scheduler, SchedulerOutput, make_policy
 from batchtop.core_engine.engine.step_runner import StepRunner
@@ -176,6 +177,8 @@ class Engine:
         snapshot is a view between steps: `is_step` is False and it carries only what changed."""
         t_start = self._clock()
         self.apply_pending()  # may hold a Reset, which restarts the run clock
+        if switch_in_built_kernels(self.runner):  # built in the background: from this step on (see the trace)
+            self.step_controls.append(("cpu_kernels", "in"))
         if self._t0 is None:
             self._t0 = t_start
         self._admit_arrivals()
