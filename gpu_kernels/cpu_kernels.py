@@ -138,6 +138,11 @@ def stop_background() -> None:
         _background.stop()
 
 
+def active() -> bool:
+    """Whether the kernels run now; never builds (a UI thread may ask)."""
+    return _active
+
+
 def generation() -> int:
     return _generation
 

@@ -148,6 +148,9 @@ class StepSnapshot:
     # holders per KV block (2+: shared through the prefix cache), 0 free, -1 (kv_cache.CACHED) free but
     # holding a cached prefix (evictable); () when the engine runs without a prefix cache (or an old trace)
     block_refs: tuple[int, ...] = ()
+    # how many times as fast as recorded the workload's arrivals play (closed-loop pacing, run.pacing);
+    # None when they come at their own times
+    arrival_speed: float | None = None
 
     @property
     def num_tokens(self) -> int:

@@ -72,7 +72,7 @@ def build_snapshot(sched: Scheduler, allocator: BlockAllocator, counters: Counte
                    plan: SchedulerOutput, finished: list[FinishedRequest], *, step: int, t: float,
                    times: StepTimes, cost: StepCost, occupants: list[Occupant], num_pending_arrivals: int,
                    decode_cost: StepCost = StepCost(), num_prefill_tokens: int = 0,
-                   new_tokens: tuple[tuple[str, int], ...] = ()) -> StepSnapshot:
+                   new_tokens: tuple[tuple[str, int], ...] = (), arrival_speed: float | None = None) -> StepSnapshot:
     by_slot = {slot: (seq, phase, pad) for slot, seq, phase, pad in occupants}
     num_slots = max(sched.num_slots(), max(by_slot, default=-1) + 1)
     slots = []
@@ -100,5 +100,5 @@ def build_snapshot(sched: Scheduler, allocator: BlockAllocator, counters: Counte
         num_pending_arrivals=num_pending_arrivals, finished=tuple(finished),
         admitted=tuple(s.id for s in plan.admitted), preempted=tuple(s.id for s in plan.preempted),
         rejected=events.rejected, arrived=events.arrived, controls=events.controls, counters=counters, cost=cost,
-        decode_cost=decode_cost, new_tokens=new_tokens,
+        decode_cost=decode_cost, new_tokens=new_tokens, arrival_speed=arrival_speed,
         block_refs=allocator.block_refs() if allocator.cache is not None else ())

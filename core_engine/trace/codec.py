@@ -93,6 +93,8 @@ class SnapshotEncoder:
         }
         if snap.num_prefill_tokens and snap.decode_cost.bytes > 0:  # decode rows beside a prompt chunk
             event["decode_cost"] = [getattr(snap.decode_cost, k) for k in COST_FIELDS]
+        if snap.arrival_speed is not None:  # closed-loop pacing: the pace this step's arrivals came at
+            event["pace"] = snap.arrival_speed
         if snap.wait_reason is not None:
             r = snap.wait_reason
             event["wait"] = [r.kind.value, r.message, r.short]
@@ -215,5 +217,5 @@ class SnapshotDecoder:
             num_pending_arrivals=e["pending"], finished=tuple(pending["finished"]),
             admitted=tuple(e["admitted"]), preempted=tuple(e["preempted"]), rejected=tuple(pending["rejected"]),
             counters=Counters(*e["counters"]), cost=cost, decode_cost=decode_cost, arrived=tuple(pending["arrived"]),
-            controls=tuple(pending["controls"]))
+            controls=tuple(pending["controls"]), arrival_speed=e.get("pace"))
 

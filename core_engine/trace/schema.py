@@ -118,7 +118,7 @@ STEP_FIELDS: dict[str, Check] = {
     "counters": list_of(_COUNT, lengths=COUNTER_LENGTHS),
     "cost": list_of(_TIME, lengths=(len(StepCost.__slots__),)),
 }
-OPTIONAL_STEP_FIELDS: dict[str, Check] = {"wait": optional(_wait), "kv": _runs, "kv_refs": _runs,
+OPTIONAL_STEP_FIELDS: dict[str, Check] = {"wait": optional(_wait), "kv": _runs, "kv_refs": _runs, "pace": _TIME,
                                           "decode_cost": list_of(_TIME, lengths=(len(StepCost.__slots__),))}
 FINISH_TYPES: dict[str, Check] = {
     "request_id": text, "index": _COUNT, "prompt_len": _COUNT, "num_generated": _COUNT, "arrival_s": _TIME,

@@ -48,12 +48,13 @@ slot and KV utilisation, preemptions, completed/total.
 | replay | `space` pause, `<` `>` slower / faster, `n` next step, `g` / `G` start / end |
 | `--simulate` | `<` `>` simulated time slower / faster against wall time (0.25x .. 1024x, then max) |
 
-Press `escape` or `?` to close.
+Press `escape` or `?` to close; `p` saves this screen as an SVG.
 """
 
 
 class HelpScreen(ModalScreen[None]):
-    BINDINGS = [Binding("escape,question_mark,q", "dismiss", "close")]
+    # a modal screen takes every key: the screenshot key must work here too (it saves this screen)
+    BINDINGS = [Binding("escape,question_mark,q", "dismiss", "close"), Binding("p", "app.save_svg", "screenshot")]
 
     def compose(self) -> ComposeResult:
         with VerticalScroll(id="help"):

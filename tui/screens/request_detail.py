@@ -50,7 +50,7 @@ def cached_line(slot: SlotView) -> str:
 
 
 class RequestScreen(ModalScreen[None]):
-    BINDINGS = [Binding("escape,enter,q", "dismiss", "close")]
+    BINDINGS = [Binding("escape,enter,q", "dismiss", "close"), Binding("p", "app.save_svg", "screenshot")]
 
     def __init__(self, index: int, request_id: str) -> None:
         super().__init__()
