@@ -45,11 +45,16 @@ def check_writable(path: str | None, option: str = "--output") -> None:
     """Fail before the run, not after it, when the output cannot be written where the user asked."""
     if path is None or path == STDOUT:
         return
+    if not path:  # os.stat("") reads as a new file in the working directory; open("") fails after the run
+        raise ConfigError(option, "the path is empty: name a file"
+                                  + (" (or - for stdout)" if option == "--output" else ""))
     try:
         st = _target(path)
     except OSError as exc:
         raise ConfigError(option, f"{path}: {exc.strerror or exc}") from None
     if st is None:
+        if path.endswith(("/", os.sep)):  # a folder that does not exist: open() would fail after the run
+            raise ConfigError(option, f"{path} names a directory (it ends in /) that does not exist: name a file")
         parent = Path(os.path.realpath(path)).parent
         if not parent.is_dir():
             raise ConfigError(option, f"directory {parent} does not exist")

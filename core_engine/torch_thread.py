@@ -15,6 +15,17 @@ from typing import TypeVar
 T = TypeVar("T")
 
 
+_running: set[threading.Thread] = set()  # threads still inside their fn (Thread.is_alive() is no guide:
+# a join() interrupted by a signal marks its thread stopped while it runs on)
+
+
+def still_running() -> bool:
+    """Whether a call_in_thread thread is still inside its function: its caller was interrupted (a
+    signal while a model builds). The process must then leave by os._exit: an interpreter shutting down
+    around a thread inside torch's C++ aborts ("terminate called without an active exception", 134)."""
+    return bool(_running)
+
+
 def call_in_thread(fn: Callable[[], T]) -> T:
     """Run fn on a short-lived thread and return its result (or raise its exception) here."""
     result: list = []
@@ -25,8 +36,11 @@ def call_in_thread(fn: Callable[[], T]) -> T:
             result.append(fn())
         except BaseException as exc:  # re-raised on the caller's thread, KeyboardInterrupt included
             error.append(exc)
+        finally:
+            _running.discard(threading.current_thread())
 
     thread = threading.Thread(target=body, name="batchtop-build", daemon=True)
+    _running.add(thread)
     thread.start()
     thread.join()
     if error:

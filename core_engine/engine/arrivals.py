@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import heapq
+import math
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Protocol
 
@@ -25,7 +26,10 @@ class ArrivalQueue:
     def push(self, requests: Iterable[Request], base: float) -> None:
         """Each request arrives at base + its arrival_s."""
         for r in requests:
-            heapq.heappush(self._heap, (base + r.arrival_s, self._order, r))
+            at = base + r.arrival_s
+            if not math.isfinite(at):  # it would never arrive, and an idle loop would wait on it forever
+                raise ValueError(f"request {r.id!r}: arrival time {at!r} is not a finite number of seconds")
+            heapq.heappush(self._heap, (at, self._order, r))
             self._order += 1
 
     def pop_due(self, now: float) -> list[tuple[float, Request]]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections import deque
 
 from batchtop.core_engine.perf.device_peaks import DevicePeaks
@@ -24,6 +25,20 @@ def percentiles(values: list[float], qs: tuple[int, ...] = (50, 90, 99)) -> dict
         out[f"p{q}"] = data[lo] + (data[hi] - data[lo]) * (k - lo)
     out["mean"] = sum(data) / len(data) if data else None
     return out
+
+
+def finite(value):
+    """The document with every NaN or infinity (a step that took no finite time, a config value
+    read as NaN) replaced by None: JSON has no such numbers, and a run's metrics must always write."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: finite(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [finite(v) for v in value]
+    if isinstance(value, tuple):
+        return tuple(finite(v) for v in value)
+    return value
 
 
 def _mean(values: list[float]) -> float | None:
@@ -106,7 +121,7 @@ class MetricsCollector:
         generated = counters.generated_tokens if counters else 0
         num_blocks = last.num_blocks if last is not None else config.get("num_kv_blocks", 0)
         total_step_time = sum(self.step_times)
-        return {
+        return finite({
             "schema": METRICS_SCHEMA,
             "complete": complete,
             "mode": last.mode if last is not None else config.get("mode"),
@@ -151,7 +166,7 @@ class MetricsCollector:
             },
             "preemptions": counters.preemptions if counters else 0,
             **({"roofline": self.roofline(peaks)} if peaks is not None else {}),
-        }
+        })
 
 
 def prefix_cache(counters: Counters | None) -> dict:

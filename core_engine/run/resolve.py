@@ -11,7 +11,7 @@ from pathlib import Path
 
 import torch
 
-from batchtop.core_engine.config import PRESETS, EngineConfig, ModelConfig
+from batchtop.core_engine.config import MAX_NUM_SEQS_LIMIT, PRESETS, EngineConfig, ModelConfig
 from batchtop.core_engine.device import DTYPES, resolve_device, resolve_dtype
 from batchtop.core_engine.errors import ConfigError
 from batchtop.core_engine.model.checkpoint import available_memory, check_checkpoint, check_fits
@@ -72,6 +72,15 @@ def kv_blocks_for_memory(model: ModelConfig, dtype: str, block_size: int, fracti
         raise ConfigError("gpu_memory_utilization", f"{fraction} of {memory / GIB:.0f} GiB leaves no room "
                                                       f"for KV blocks after {weights / GIB:.1f} GiB of weights")
     return blocks
+
+
+def kv_blocks_ever_used(model: ModelConfig, block_size: int, max_num_batched_tokens: int) -> int:
+    """The most blocks the engine can ever hold at once: every slot a live change may open (up to
+    max_num_batched_tokens of them, see Engine.max_num_seqs_cap) at max_model_len tokens. A pool sized
+    from memory stops there: a small model on a large GPU would otherwise build tens of millions of
+    blocks it can never fill (tiny on an H200: 32.7M, 48 s and 4.3 GB to start)."""
+    slots = min(MAX_NUM_SEQS_LIMIT, max_num_batched_tokens)
+    return slots * -(-model.max_position_embeddings // block_size)
 
 
 def kv_block_bytes(model: ModelConfig, dtype: str, block_size: int) -> int:
@@ -138,6 +147,8 @@ def resolve_config(*, model: str = "auto", device: str = "auto", dtype: str = "a
         check_fits(model_cfg, dt, dev)
     if num_kv_blocks is not None and isinstance(block_size, int) and block_size >= 1:
         check_pool_fits(model_cfg, dt, block_size, num_kv_blocks, dev, memory)
+    budget = defaults.max_num_batched_tokens if max_num_batched_tokens is None else max_num_batched_tokens
+    extra = {}
     if num_kv_blocks is None:
         if defaults.num_kv_blocks is not None:
             num_kv_blocks = defaults.num_kv_blocks
@@ -146,12 +157,27 @@ def resolve_config(*, model: str = "auto", device: str = "auto", dtype: str = "a
                 raise ConfigError("block_size", f"must be an integer >= 1, got {block_size!r}")
             num_kv_blocks = kv_blocks_for_memory(model_cfg, dt, block_size, gpu_memory_utilization,
                                                  cuda_memory() if memory is None else memory)
+            if isinstance(budget, int) and budget >= 1:
+                most = kv_blocks_ever_used(model_cfg, block_size, budget)
+                if num_kv_blocks > most:
+                    extra["kv_pool_capped_from"] = num_kv_blocks  # what the memory would have held
+                    num_kv_blocks = most
     return EngineConfig(
         model=model_cfg, device=dev, dtype=dt, mode=mode,
         max_num_seqs=defaults.max_num_seqs if max_num_seqs is None else max_num_seqs,
-        max_num_batched_tokens=(defaults.max_num_batched_tokens if max_num_batched_tokens is None
-                                else max_num_batched_tokens),
-        block_size=block_size, num_kv_blocks=num_kv_blocks, seed=seed)
+        max_num_batched_tokens=budget, block_size=block_size, num_kv_blocks=num_kv_blocks, seed=seed,
+        extra=extra)
+
+
+def pool_note(config: EngineConfig) -> str | None:
+    """The startup note's words for a pool capped by kv_blocks_ever_used (None when it was not)."""
+    memory_blocks = config.extra.get("kv_pool_capped_from")
+    if memory_blocks is None:
+        return None
+    slots = min(MAX_NUM_SEQS_LIMIT, config.max_num_batched_tokens)
+    return (f"KV pool capped at {config.num_kv_blocks} blocks, all that {slots} sequences (the most the live "
+            f"keys can open) of max_model_len {config.max_model_len} can use; the memory would hold "
+            f"{memory_blocks}")
 
 
 def resolve_workload(config: EngineConfig, *, path: str | None = None, num_requests: int | None = None,

@@ -19,6 +19,7 @@ from batchtop.core_engine.config import MODES
 from batchtop.core_engine.config import MAX_NUM_SEQS_LIMIT
 from batchtop.core_engine.errors import WorkloadError
 from batchtop.core_engine.text_files import NotText, parse_json, read_text_file
+from batchtop.core_engine.workload.raw import MAX_ARRIVAL_S
 
 ACTION_KEYS = {"at", "mode", "max_num_seqs", "burst", "caption", "quit"}
 
@@ -89,6 +90,8 @@ def _action(path: str, number: int, item: object) -> ScriptAction:
     at = item.get("at")
     if not isinstance(at, (int, float)) or isinstance(at, bool) or not math.isfinite(at) or at < 0:
         raise bad(f"'at' must be seconds >= 0, got {at!r}")
+    if at > MAX_ARRIVAL_S:  # as a workload's arrivals: no run waits that long for it
+        raise bad(f"'at' must be at most {MAX_ARRIVAL_S:g} seconds, got {at!r}")
     mode = item.get("mode")
     if mode is not None and mode not in MODES:
         raise bad(f"mode must be one of {', '.join(MODES)}, got {mode!r}")

@@ -6,10 +6,15 @@ A second Ctrl-C during a run stops at once (KeyboardInterrupt), for a step that 
 
 from __future__ import annotations
 
+import os
 import signal
+import sys
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import NoReturn
+
+from batchtop.core_engine.torch_thread import still_running
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
@@ -53,3 +58,17 @@ class StopRequest:
         finally:
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
+
+
+def stopped(signum: int) -> NoReturn:
+    """The one line, then exit 128 + signum; at once (os._exit, after flushing) while a build thread is
+    still inside torch, whose C++ would abort an interpreter shutting down around it."""
+    print(f"batchtop: stopped by {signal.Signals(signum).name}", file=sys.stderr, flush=True)
+    if still_running():
+        sys.stdout.flush()
+        os._exit(exit_status(signum))
+    sys.exit(exit_status(signum))
+
+
+def signal_of(exc: KeyboardInterrupt) -> int:
+    return signal.SIGTERM if isinstance(exc, Terminated) else signal.SIGINT

@@ -6,16 +6,21 @@ import enum
 from dataclasses import dataclass
 
 
+# float32's smallest normal number: a temperature below it (a denormal, or one that rounds to 0 in the
+# sampler's float32) has a reciprocal past float32's range, so its softmax is the argmax: it is greedy
+MIN_TEMPERATURE = 2.0 ** -126
+
+
 @dataclass(frozen=True, slots=True)
 class SamplingParams:
-    temperature: float = 0.0  # 0 means greedy
+    temperature: float = 0.0  # 0 (or anything below MIN_TEMPERATURE) means greedy
     top_p: float = 1.0
     seed: int | None = None  # per-request sampling seed; None derives one from the engine seed
     ignore_eos: bool = False  # True: run to max_tokens past the model's EOS ids (benchmarks want that)
 
     @property
     def greedy(self) -> bool:
-        return self.temperature == 0.0
+        return self.temperature < MIN_TEMPERATURE
 
 
 @dataclass(frozen=True, slots=True)

@@ -35,6 +35,12 @@ from batchtop.core_engine.text_files import NotText, parse_json, read_text_file
 CALIBRATION_SCHEMA = "batchtop.calibration/1"
 CONSTANTS = ("compute_efficiency", "memory_efficiency", "attention_efficiency", "step_overhead_s")
 ADDED = "attention_efficiency"  # absent from the files written before it: read as their memory_efficiency
+# What a file may hold. An efficiency is a share of the peak: `calibrate` searches 0.01..100 (a measured
+# CPU peak can sit below what decode's kernels reach, so a fit above 1 is real); outside that span a
+# value is a typo, and one like 1e-320 turns every step into an infinite time. A step's host overhead
+# is above 0 and at most an hour: 1e308 overflows the simulated clock.
+EFFICIENCY_RANGE = (0.01, 100.0)
+MAX_OVERHEAD_S = 3600.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,6 +83,18 @@ class Calibration:
 DEFAULT = Calibration(compute_efficiency=0.6, memory_efficiency=0.8, attention_efficiency=0.8, step_overhead_s=0.002)
 
 
+def constant_problem(name: str, value: float) -> str | None:
+    """What is wrong with a constant's value (None: nothing), as load_calibration words it."""
+    if value <= 0:
+        return f"{name} must be > 0, got {value!r}"
+    if name == "step_overhead_s":
+        ok, span = value <= MAX_OVERHEAD_S, f"at most {MAX_OVERHEAD_S:g} s a step"
+    else:
+        low, high = EFFICIENCY_RANGE
+        ok, span = low <= value <= high, f"in {low:g}..{high:g} (a share of the device's peak)"
+    return None if ok else f"{name} must be {span}, got {value!r}"
+
+
 def load_calibration(path: str) -> Calibration:
     """Read a calibration file; anything unusable is a ConfigError naming the file and the constant."""
     def bad(message: str) -> ConfigError:
@@ -105,8 +123,9 @@ def load_calibration(path: str) -> Calibration:
         value = data[name]
         if not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(value):
             raise bad(f"{name} must be a number, got {value!r}")
-        if value <= 0:
-            raise bad(f"{name} must be > 0, got {value!r}")
+        problem = constant_problem(name, float(value))
+        if problem is not None:
+            raise bad(problem)
         values[name] = float(value)
     values.setdefault(ADDED, values["memory_efficiency"])
     fitted_on = data.get("fitted_on")

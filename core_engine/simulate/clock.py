@@ -16,8 +16,12 @@ class VirtualClock:
         return self.t
 
     def advance(self, seconds: float) -> None:
-        if not seconds >= 0:
-            raise ValueError(f"a clock cannot go back or by NaN: {seconds!r}")
+        """Move on by a modelled step or a wait; a step that takes no finite time (or takes the clock
+        past a float's range) is an error, never a clock stuck at inf that every comparison reads as NaN."""
+        if not 0 <= seconds < math.inf:
+            raise ValueError(f"a simulated clock moves on by a finite time >= 0, not {seconds!r} s")
         t = self.t + seconds
+        if t == math.inf:
+            raise ValueError(f"simulated time overflowed: {self.t!r} s + {seconds!r} s")
         # a wait far smaller than the clock's resolution still makes progress, or an idle loop never ends
         self.t = math.nextafter(self.t, math.inf) if seconds and t == self.t else t

@@ -19,11 +19,11 @@ from dataclasses import dataclass
 import numpy as np
 
 from batchtop.core_engine.perf.device_peaks import DevicePeaks
-from batchtop.core_engine.simulate.calibration import DEFAULT, Calibration
+from batchtop.core_engine.simulate.calibration import DEFAULT, EFFICIENCY_RANGE, MAX_OVERHEAD_S, Calibration
 from batchtop.core_engine.perf.decode_sweep import StepSample
 
 EFFICIENCY_NAMES = ("compute_efficiency", "memory_efficiency", "attention_efficiency")
-LOWEST, HIGHEST = 0.01, 100.0  # the efficiencies searched
+LOWEST, HIGHEST = EFFICIENCY_RANGE  # the efficiencies searched: every fit loads with --calibration
 COARSE = np.geomspace(LOWEST, HIGHEST, 97)  # 24 a decade, 10% apart
 STEP = COARSE[1] / COARSE[0]
 ZOOM, ZOOMS = 10, 2  # each finer grid is ZOOM times finer than the last (1%, then 0.1%)...
@@ -93,7 +93,7 @@ def _errors(work: tuple[np.ndarray, ...], peaks: DevicePeaks, compute: np.ndarra
     yy = (((m - 2) * m).sum(2)[:, :, None] + ((a - 2) * a).sum(2)[:, None, :]
           + 2 * (m @ a.transpose(0, 2, 1)) + n)  # (compute, memory, attention)
     yu = (m @ u)[:, :, None] + (a @ u)[:, None, :] - sum_u
-    overhead = np.maximum(-yu / sum_uu, MIN_OVERHEAD_S)
+    overhead = np.clip(-yu / sum_uu, MIN_OVERHEAD_S, MAX_OVERHEAD_S)
     return yy + 2 * overhead * yu + overhead ** 2 * sum_uu, overhead
 
 
@@ -115,7 +115,9 @@ def _refine(work, peaks: DevicePeaks, centre: list[float], fixed: tuple[bool, ..
     """The best triple near `centre`, zooming in ZOOMS times (an efficiency marked fixed stays put)."""
     point, step = centre, STEP
     for _ in range(ZOOMS):
-        grids = [np.array([c]) if f else c * step ** WINDOW for c, f in zip(point, fixed)]
+        # the zoom stays inside the searched span, so every fit loads again with --calibration
+        grids = [np.array([c]) if f else np.unique(np.clip(c * step ** WINDOW, LOWEST, HIGHEST))
+                 for c, f in zip(point, fixed)]
         errors, _ = _errors(work, peaks, *grids)
         best = np.unravel_index(int(errors.argmin()), errors.shape)
         point, least, step = [float(g[i]) for g, i in zip(grids, best)], float(errors[best]), step ** (1 / ZOOM)
@@ -141,8 +143,11 @@ def _attention_identified(work: tuple[np.ndarray, ...]) -> bool:
     weight_flops, matmul_bytes, _, kv_bytes, seconds = work
     u = 1.0 / seconds
     basis = np.stack([u, matmul_bytes * u, weight_flops * u], axis=1)
-    basis /= np.linalg.norm(basis, axis=0)
-    kv = kv_bytes * u / np.linalg.norm(kv_bytes * u)
+    norms, kv_norm = np.linalg.norm(basis, axis=0), np.linalg.norm(kv_bytes * u)
+    if not (np.all(norms > 0) and kv_norm > 0):  # steps with no GEMM or no KV work: nothing to tell apart
+        return False
+    basis /= norms
+    kv = kv_bytes * u / kv_norm
     coefficients, *_ = np.linalg.lstsq(basis, kv, rcond=None)
     return bool(np.linalg.norm(kv - basis @ coefficients) > MIN_KV_SHARE)
 
@@ -156,6 +161,8 @@ def fit_calibration(samples: list[StepSample], peaks: DevicePeaks, *, source: st
     if not samples:
         raise ValueError("no measured steps to fit")
     work = _work(samples)
+    if not all(np.all(np.isfinite(w)) and np.all(w >= 0) for w in work) or not np.all(work[-1] > 0):
+        raise ValueError("the steps' costs and times must be finite, >= 0 and their times > 0")
     targets = [getattr(near, name) for name in EFFICIENCY_NAMES]
     held = () if _attention_identified(work) else ("attention_efficiency",)
     fixed = tuple(name in held for name in EFFICIENCY_NAMES)

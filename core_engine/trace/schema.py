@@ -20,6 +20,14 @@ from batchtop.core_engine.perf.device_peaks import DevicePeaks
 
 ENGINE_SOURCE = "engine"
 Check = Callable[[object], str | None]  # None when the value is good, else what is wrong with it
+# What a number in a trace may be: finite is not enough, a replay sums times and costs over every step
+# and a fit squares them. Far past any real session (31,700 years; 1e30 FLOPs or bytes in one step;
+# counts a float holds exactly), so only a damaged or hand-edited line meets them.
+MAX_SECONDS = 1e12
+MAX_WORK = 1e30
+MAX_COUNT = 2 ** 53
+MAX_LENGTH = 2 ** 63 - 1
+PEAK_RANGES = {"peak_flops": (1e3, 1e21), "peak_bytes_per_s": (1e3, 1e18)}  # from a microcontroller to a rack
 
 
 def _is_int(v: object) -> bool:
@@ -35,12 +43,18 @@ def _is_num(v: object) -> bool:
         return False
 
 
-def integer(minimum: int = 0) -> Check:
-    return lambda v: None if _is_int(v) and v >= minimum else f"must be an integer >= {minimum}, got {v!r}"
+def integer(minimum: int = 0, maximum: int = MAX_COUNT) -> Check:
+    def check(v: object) -> str | None:
+        if _is_int(v) and minimum <= v <= maximum:
+            return None
+        shown = f"an integer of {len(str(v))} digits" if _is_int(v) and v > 10 ** 30 else repr(v)
+        return f"must be an integer >= {minimum} and at most {maximum}, got {shown}"
+    return check
 
 
-def number(minimum: float = 0.0) -> Check:
-    return lambda v: None if _is_num(v) and v >= minimum else f"must be a number >= {minimum:g}, got {v!r}"
+def number(minimum: float = 0.0, maximum: float = MAX_SECONDS) -> Check:
+    return lambda v: (None if _is_num(v) and minimum <= v <= maximum
+                      else f"must be a number >= {minimum:g} and at most {maximum:g}, got {v!r}")
 
 
 def text(v: object) -> str | None:
@@ -109,6 +123,7 @@ _COUNT = integer(0)
 # a trace from before prefix caching has the counters without its last three (queries, hits, cached)
 COUNTER_LENGTHS = (len(Counters.__slots__) - 3, len(Counters.__slots__))
 _TIME = number(0.0)
+_WORK = number(0.0, MAX_WORK)
 STEP_FIELDS: dict[str, Check] = {
     "step": _COUNT, "run_t": _TIME, "mode": one_of(MODES), "max_num_seqs": integer(1),
     "max_num_batched_tokens": integer(1), "times": list_of(_TIME, lengths=(4,)),
@@ -116,10 +131,10 @@ STEP_FIELDS: dict[str, Check] = {
     "waiting": list_of(_COUNT, even=True), "num_waiting": _COUNT, "pending": _COUNT,
     "admitted": list_of(text), "preempted": list_of(text),
     "counters": list_of(_COUNT, lengths=COUNTER_LENGTHS),
-    "cost": list_of(_TIME, lengths=(len(StepCost.__slots__),)),
+    "cost": list_of(_WORK, lengths=(len(StepCost.__slots__),)),
 }
 OPTIONAL_STEP_FIELDS: dict[str, Check] = {"wait": optional(_wait), "kv": _runs, "kv_refs": _runs, "pace": _TIME,
-                                          "decode_cost": list_of(_TIME, lengths=(len(StepCost.__slots__),))}
+                                          "decode_cost": list_of(_WORK, lengths=(len(StepCost.__slots__),))}
 FINISH_TYPES: dict[str, Check] = {
     "request_id": text, "index": _COUNT, "prompt_len": _COUNT, "num_generated": _COUNT, "arrival_s": _TIME,
     "first_token_s": optional(_TIME), "finish_s": _TIME, "num_preemptions": _COUNT, "finish_reason": text,
@@ -135,7 +150,8 @@ _PAIRS = list_of(_text_pair)
 # event type -> (required fields, optional fields)
 ENGINE_EVENTS: dict[str, tuple[dict[str, Check], dict[str, Check]]] = {
     "control": ({"name": text}, {"value": anything}),
-    "arrival": ({"index": _COUNT, "id": text, "prompt_len": integer(1), "max_tokens": integer(1),
+    # a request refused for its size arrives too: lengths up to what a workload may give (2**63-1)
+    "arrival": ({"index": _COUNT, "id": text, "prompt_len": integer(1, MAX_LENGTH), "max_tokens": integer(1, MAX_LENGTH),
                  "arrival_s": _TIME}, {}),
     "reject": ({"id": text, "reason": text}, {}),
     "finish": (FINISH_TYPES, {"output_token_ids": list_of(_COUNT)}),
@@ -202,10 +218,12 @@ def _peaks_problem(peaks: object) -> str | None:
     for name, check in (("device_name", text), ("source", text)):
         if name not in peaks or check(peaks[name]) is not None:
             return f"header: field peaks.{name} must be a string, got {peaks.get(name)!r}"
-    for name in ("peak_flops", "peak_bytes_per_s"):
+    for name, (low, high) in PEAK_RANGES.items():
         value = peaks.get(name)
         if not _is_num(value) or value <= 0:
             return f"header: field peaks.{name} must be a number > 0, got {value!r}"
+        if not low <= value <= high:
+            return f"header: field peaks.{name} must be in {low:g}..{high:g} per second, got {value!r}"
     return None
 
 

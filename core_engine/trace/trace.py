@@ -12,6 +12,7 @@ know are skipped with one warning.
 from __future__ import annotations
 
 import itertools
+import threading
 import time
 import zlib
 from collections.abc import Iterator
@@ -20,6 +21,7 @@ from pathlib import Path
 
 from batchtop.core_engine.errors import BadInput
 from batchtop.core_engine.engine.snapshot import StepSnapshot
+from batchtop.core_engine.perf.metrics import finite
 from batchtop.core_engine.engine.detokenizer import TextDelta
 from batchtop.core_engine.text_files import NotText, decode_utf8, parse_json
 from batchtop.core_engine.trace.codec import SnapshotDecoder, SnapshotEncoder
@@ -35,13 +37,17 @@ class TraceError(BadInput):
 
 
 class Recorder:
-    """Appends a session's events to a trace file; owned by the thread that produces snapshots."""
+    """Appends a session's events to a trace file. Written by the thread that produces snapshots; any
+    thread may close it (a signal that ends the process while that thread is still in a step): each
+    call holds a lock, and once closed, with its end event, it writes nothing more."""
 
     def __init__(self, path: str, header: dict, record_text: bool = False) -> None:
         self.path = path
         self._t0 = time.monotonic()
         self._encoder = SnapshotEncoder(record_text)
-        self._writer = TraceWriter(path, {**header, "text": record_text})
+        self._lock = threading.Lock()
+        # a config value read as NaN (a model's rope_theta) must not stop the recording: null, as in the metrics
+        self._writer = TraceWriter(path, finite({**header, "text": record_text}))
 
     @property
     def closed(self) -> bool:
@@ -53,26 +59,35 @@ class Recorder:
     def record(self, snap: StepSnapshot, text: TextDelta | None = None) -> None:
         """Write what this snapshot says happened (and its text, if recording text); flush once per step."""
         events = self._encoder.events(snap, text)
-        for event in events:
-            self._write(event)
-        if events:
-            self._writer.flush()
+        with self._lock:
+            if self.closed:
+                return
+            for event in events:
+                self._write(event)
+            if events:
+                self._writer.flush()
 
     def control(self, name: str, value: object = None) -> None:
         """Driver-level events the engine does not see: pause, resume, captions."""
-        self._write({"type": "control", "name": name, "value": value})
-        self._writer.flush()
+        with self._lock:
+            if not self.closed:
+                self._write({"type": "control", "name": name, "value": value})
+                self._writer.flush()
 
     def flush(self, sync: bool = False) -> None:
-        self._writer.flush(sync)
+        with self._lock:
+            if not self.closed:
+                self._writer.flush(sync)
 
     def error(self, message: str) -> None:
-        if not self.closed:
-            self._write({"type": "error", "message": message})
-            self._writer.flush(sync=True)
+        with self._lock:
+            if not self.closed:
+                self._write({"type": "error", "message": message})
+                self._writer.flush(sync=True)
 
     def close(self, reason: str = "finished") -> None:
-        self._writer.close({"reason": reason}, t=time.monotonic() - self._t0)
+        with self._lock:
+            self._writer.close({"reason": reason}, t=time.monotonic() - self._t0)
 
 
 @dataclass

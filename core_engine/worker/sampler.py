@@ -12,7 +12,13 @@ descending sort keeps, with ties at the boundary all kept), renormalised. Two ex
   inverse-CDF sample from the tokens above a pivot (0 at first); a sample inside the nucleus is
   accepted, else its probability becomes the pivot and the row draws again. Accepted samples follow
   the nucleus distribution exactly (rejection from a superset with proportional weights); a near-
-  uniform row is accepted with probability ~top_p, so it costs ~1.1 passes instead of a sort.
+  uniform row is accepted with probability ~top_p, so it costs ~1.1 passes instead of a sort. Each
+  rejection raises the pivot, and a row still rejected after MAX_DRAWS draws (a long run of bad luck,
+  or NaN logits) is drawn by the sort instead: the same distribution, and no loop without a bound.
+
+Tiny values mean their limits, whatever float32 makes of them: the top token is always in the nucleus
+(nothing lies above it), so a top_p that rounds to 0 keeps only it and its ties; a temperature below
+float32's smallest normal number (request.MIN_TEMPERATURE) is greedy.
 """
 
 from __future__ import annotations
@@ -21,19 +27,20 @@ from dataclasses import dataclass
 
 import torch
 
-from batchtop.core_engine.sched.request import Sequence
+from batchtop.core_engine.sched.request import MIN_TEMPERATURE, Sequence
 from batchtop.gpu_kernels import cpu_kernels
 
 MASK32 = 0xFFFFFFFF
 _MIX = 0x45D9F3B  # < 2**31, so a 32-bit value times it stays inside int64
 SEED_STRIDE = 1_000_003  # default seeds: engine_seed * SEED_STRIDE + the sequence's index
+MAX_DRAWS = 32  # rejection draws before a row's nucleus is found by a sort (sampling_cpu.cpp: the same)
 
 
 @dataclass(slots=True)
 class SamplingBatch:
     """Per-row parameters of one step's sampled rows, as device tensors (S,) each."""
 
-    temperature: torch.Tensor  # float32; 0 marks a greedy row
+    temperature: torch.Tensor  # float32; 0 (below MIN_TEMPERATURE) marks a greedy row
     top_p: torch.Tensor  # float32
     seed_lo: torch.Tensor  # int64, the low 32 bits of the row's seed
     seed_hi: torch.Tensor  # int64, the high 32 bits
@@ -72,12 +79,20 @@ def _inverse_cdf(weights: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
     return torch.searchsorted(c, target, right=True).squeeze(1).clamp_(max=weights.shape[1] - 1)
 
 
-def sample_nucleus_sorted(probs: torch.Tensor, top_p: torch.Tensor, batch: SamplingBatch) -> torch.Tensor:
-    """probs (S, V) float32 rows summing to 1 -> (S,) token ids. No host sync."""
+def in_nucleus(above: torch.Tensor, top_p: torch.Tensor) -> torch.Tensor:
+    """Whether a token whose higher-ranked tokens hold `above` of the mass is kept: the top token
+    (nothing above it) always is, so a top_p that float32 rounds to 0 keeps only it and its ties."""
+    return (above <= 0) | (above < top_p) | (top_p >= 1.0)
+
+
+def sample_nucleus_sorted(probs: torch.Tensor, top_p: torch.Tensor, batch: SamplingBatch, *,
+                          rows: torch.Tensor | None = None, attempt: int = 0) -> torch.Tensor:
+    """probs (S, V) float32 rows summing to 1 -> (S,) token ids. No host sync. `rows`: which of the
+    batch's rows these are (their seeds), `attempt`: which of their uniforms to draw."""
     ordered = probs.sort(dim=-1, descending=True).values
-    kept = (ordered.cumsum(-1) - ordered) < top_p[:, None]  # the first token is always kept
+    kept = in_nucleus(ordered.cumsum(-1) - ordered, top_p[:, None])
     smallest = ordered.masked_fill(~kept, float("inf")).amin(-1, keepdim=True)
-    return _inverse_cdf(torch.where(probs >= smallest, probs, 0.0), uniforms(batch, 0))
+    return _inverse_cdf(torch.where(probs >= smallest, probs, 0.0), uniforms(batch, attempt, rows))
 
 
 def sample_nucleus_rejection(probs: torch.Tensor, top_p: torch.Tensor, batch: SamplingBatch) -> torch.Tensor:
@@ -86,21 +101,20 @@ def sample_nucleus_rejection(probs: torch.Tensor, top_p: torch.Tensor, batch: Sa
     pending = torch.arange(probs.shape[0], device=probs.device)
     pivot: torch.Tensor | None = None
     p = probs
-    attempt = 0
-    while True:
+    for attempt in range(MAX_DRAWS):
         weights = p if pivot is None else torch.where(p > pivot, p, 0.0)
         tok = _inverse_cdf(weights, uniforms(batch, attempt, None if attempt == 0 else pending))
         p_tok = p.gather(1, tok[:, None])
         above = torch.where(p > p_tok, p, 0.0).sum(-1)
-        limit = top_p[pending] if attempt else top_p
-        ok = (above < limit) | (limit >= 1.0)
+        ok = in_nucleus(above, top_p[pending] if attempt else top_p)
         if bool(ok.all()):
             tokens[pending] = tok
             return tokens
         tokens[pending[ok]] = tok[ok]
         retry = ~ok
         pending, pivot, p = pending[retry], p_tok[retry], p[retry]
-        attempt += 1
+    tokens[pending] = sample_nucleus_sorted(p, top_p[pending], batch, rows=pending, attempt=MAX_DRAWS)
+    return tokens
 
 
 class Sampler:
@@ -121,15 +135,18 @@ class Sampler:
             batch = self.batch_for(seqs, logits.device)
         if batch is None or not batch.any_random:
             return greedy
-        temperature = torch.where(batch.temperature > 0, batch.temperature, 1.0)
-        probs = torch.softmax(logits.float() / temperature[:, None], dim=-1)
+        sampled = batch.temperature >= MIN_TEMPERATURE  # the others are greedy (request.MIN_TEMPERATURE)
+        temperature = torch.where(sampled, batch.temperature, 1.0)
+        # shifted first, as softmax shifts anyway: a tiny temperature cannot overflow the logits to inf
+        x = logits.float()
+        probs = torch.softmax((x - x.amax(-1, keepdim=True)) / temperature[:, None], dim=-1)
         if not batch.any_top_p:
             drawn = _inverse_cdf(probs, uniforms(batch, 0))
         elif logits.is_cuda:
             drawn = sample_nucleus_sorted(probs, batch.top_p, batch)
         else:
             drawn = sample_nucleus_rejection(probs, batch.top_p, batch)
-        return torch.where(batch.temperature > 0, drawn, greedy)
+        return torch.where(sampled, drawn, greedy)
 
     def _sample_on_cpu_kernel(self, logits: torch.Tensor, seqs: list[Sequence],
                               batch: SamplingBatch | None) -> torch.Tensor:

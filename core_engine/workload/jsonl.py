@@ -12,7 +12,7 @@ from batchtop.core_engine.sched.request import SamplingParams
 from batchtop.core_engine.errors import BadInput, WorkloadError
 from batchtop.core_engine.model.tokenizer import Tokenizer
 from batchtop.core_engine.text_files import NotText, parse_json
-from batchtop.core_engine.workload.raw import RawRequest, Warn
+from batchtop.core_engine.workload.raw import MAX_ARRIVAL_S, RawRequest, Warn
 
 JSONL_FIELDS = {"id", "prompt", "messages", "prompt_len", "prompt_token_ids", "max_tokens", "arrival_s",
                 "temperature", "top_p", "seed"}
@@ -92,8 +92,9 @@ def parse_request(obj: object, lineno: int, vocab_size: int, error,
     if max_tokens < 1:
         raise error(f"max_tokens must be >= 1, got {max_tokens}")
     arrival = obj.get("arrival_s", 0.0)
-    if not is_number(arrival) or arrival < 0:
-        raise error(f"arrival_s must be a number >= 0, got {arrival!r}")
+    if not is_number(arrival) or not 0 <= arrival <= MAX_ARRIVAL_S:
+        raise error(f"arrival_s must be a number >= 0 and at most {MAX_ARRIVAL_S:g} (seconds from the start), "
+                    f"got {arrival!r}")
     temperature, top_p = obj.get("temperature", 0.0), obj.get("top_p", 1.0)
     if not is_number(temperature) or temperature < 0:
         raise error(f"temperature must be a number >= 0, got {temperature!r}")

@@ -9,6 +9,9 @@ from dataclasses import dataclass
 from batchtop.core_engine.sched.request import SamplingParams
 
 Warn = Callable[[str], None]
+# The latest arrival a workload may ask for, in seconds from the start (~31 years): past it a request
+# would never come (or, scaled, reach infinity), and sums of such times overflow the metrics.
+MAX_ARRIVAL_S = 1e9
 
 
 def warn_on_stderr(message: str) -> None:

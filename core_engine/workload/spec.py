@@ -26,7 +26,7 @@ from batchtop.core_engine.workload.azure_csv import AZURE_COLUMNS, read_azure_cs
 from batchtop.core_engine.workload.sharegpt import read_sharegpt
 from batchtop.core_engine.text_files import NotText, read_text_file
 from batchtop.core_engine.workload.jsonl import JSONL_FIELDS, read_jsonl
-from batchtop.core_engine.workload.raw import RawRequest, Warn, warn_on_stderr
+from batchtop.core_engine.workload.raw import MAX_ARRIVAL_S, RawRequest, Warn, warn_on_stderr
 
 __all__ = ["AZURE_COLUMNS", "DEFAULT_CHAT", "DEFAULT_TRACE", "JSONL_FIELDS", "RawRequest", "UnbuiltPrompt", "WorkloadSpec",
            "load_workload", "make_burst", "materialise", "read_workload_file", "synthetic", "workload_format"]
@@ -179,8 +179,21 @@ def materialise(raw: list[RawRequest], spec: WorkloadSpec, vocab_size: int,
                 ids = UnbuiltPrompt(prompt_len)
             else:
                 ids = tuple(rng.choices(vocab, k=prompt_len))
-        out.append(Request(r.id, ids, max_tokens, r.arrival_s * spec.time_scale, r.sampling))
+        out.append(Request(r.id, ids, max_tokens, _arrival(r, spec), r.sampling))
     return out
+
+
+def _arrival(r: RawRequest, spec: WorkloadSpec) -> float:
+    """Its scaled arrival time; an error naming what put it past MAX_ARRIVAL_S (or to infinity)."""
+    arrival = r.arrival_s * spec.time_scale
+    if arrival <= MAX_ARRIVAL_S:
+        return arrival
+    what = f"request {r.id!r} would arrive {arrival:g} s after the start, past {MAX_ARRIVAL_S:g} s"
+    if r.arrival_s <= MAX_ARRIVAL_S and spec.time_scale != 1.0:
+        raise ConfigError("--time-scale", f"{spec.time_scale:g}: {what}")
+    if spec.path == "synthetic":
+        raise ConfigError("--rate", f"{spec.rate:g} arrivals per second: {what}")
+    raise WorkloadError(spec.source_name, what)
 
 
 def _scaled(length: int, scale: float) -> int:

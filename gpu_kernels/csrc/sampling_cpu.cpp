@@ -2,14 +2,18 @@
 // algorithm instead of one torch op per step: exactly the distribution core_engine/engine/sampler.py
 // defines (greedy rows: the first maximum; others: softmax at the row's temperature, top-p nucleus
 // drawn by rejection) and the same counter-hash uniforms, so a seeded request gives the same
-// tokens in any batch.
+// tokens in any batch. Every loop is bounded whatever the input: the rejection loop gives up after
+// MAX_DRAWS draws and finds the row's nucleus by a sort (the same distribution), a top_p that rounds
+// to 0 keeps the top token (nothing lies above it), and a temperature below FLT_MIN is greedy.
 
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 #include <torch/library.h>
 
 #include <algorithm>
+#include <cfloat>
 #include <cmath>
+#include <functional>
 #include <cstdint>
 #include <vector>
 
@@ -21,6 +25,7 @@ using namespace batchtop_cpu;
 
 constexpr uint64_t MASK32 = 0xFFFFFFFFull;
 constexpr uint64_t MIX = 0x45D9F3Bull;
+constexpr int64_t MAX_DRAWS = 32;  // sampler.MAX_DRAWS
 
 inline uint64_t mix32(uint64_t x) {  // sampler._mix32
   x ^= x >> 16;
@@ -104,6 +109,26 @@ int64_t draw(const float* e, int64_t n, float floor, float total, float u) {
   return last;  // rounding left the running sum at the target: the last kept token
 }
 
+// the top token (nothing above it) is always kept, so a top_p of 0 keeps only it and its ties
+inline bool in_nucleus(float above, float top_p, float total) {
+  return above <= 0.f || above < top_p * total || top_p >= 1.f;
+}
+
+// the smallest weight the nucleus keeps, found by a sort (sampler.sample_nucleus_sorted): a NaN
+// weight sorts last and is never kept
+float nucleus_smallest(const float* e, int64_t n, float top_p, float total, std::vector<float>& sorted) {
+  sorted.assign(e, e + n);
+  for (float& v : sorted)
+    if (std::isnan(v)) v = -1.f;
+  std::sort(sorted.begin(), sorted.end(), std::greater<float>());
+  float above = 0.f, smallest = sorted[0];
+  for (int64_t i = 0; i < n && sorted[i] >= 0.f && in_nucleus(above, top_p, total); ++i) {
+    smallest = sorted[i];
+    above += sorted[i];
+  }
+  return smallest;
+}
+
 template <typename T>
 void sample_impl(at::Tensor& tokens, const at::Tensor& logits, const at::Tensor& temperature, const at::Tensor& top_p,
                  const at::Tensor& seed_lo, const at::Tensor& seed_hi, const at::Tensor& counter) {
@@ -114,31 +139,37 @@ void sample_impl(at::Tensor& tokens, const at::Tensor& logits, const at::Tensor&
   const int64_t *lo = seed_lo.data_ptr<int64_t>(), *hi = seed_hi.data_ptr<int64_t>(), *ctr = counter.data_ptr<int64_t>();
   int64_t* out = tokens.data_ptr<int64_t>();
   at::parallel_for(0, rows, 1, [&](int64_t begin, int64_t end) {
-    std::vector<float> e(vocab);
+    std::vector<float> e(vocab), sorted;
     for (int64_t r = begin; r < end; ++r) {
       const T* x = lp + r * logits.stride(0);
       const int64_t best = first_max(x, vocab);
-      if (tp[r] <= 0.f) {
+      if (!(tp[r] >= FLT_MIN)) {  // 0, a denormal whose reciprocal overflows, or NaN: greedy
         out[r] = best;
         continue;
       }
       const float z = softmax_weights(x, vocab, to_float(x[best]), 1.f / tp[r], e.data());
       float floor = -1.f;  // no floor: every token may be drawn
       float total = z;
-      for (int64_t attempt = 0;; ++attempt) {
+      out[r] = -1;
+      for (int64_t attempt = 0; attempt < MAX_DRAWS; ++attempt) {
         const int64_t tok = draw(e.data(), vocab, floor, total, uniform(lo[r], hi[r], ctr[r], attempt));
-        if (pp[r] >= 1.f || sum_above(e.data(), vocab, e[tok]) < pp[r] * z) {
+        if (in_nucleus(sum_above(e.data(), vocab, e[tok]), pp[r], z)) {
           out[r] = tok;
           break;
         }
         floor = e[tok];  // outside the nucleus: draw again from the tokens above it
         total = sum_above(e.data(), vocab, floor);
       }
+      if (out[r] < 0) {  // still outside after MAX_DRAWS: the nucleus by a sort, then one draw from it
+        floor = std::nextafter(nucleus_smallest(e.data(), vocab, pp[r], z, sorted), -INFINITY);
+        out[r] = draw(e.data(), vocab, floor, sum_above(e.data(), vocab, floor),
+                      uniform(lo[r], hi[r], ctr[r], MAX_DRAWS));
+      }
     }
   });
 }
 
-// tokens (S,) int64 out; logits (S, V) float32 or bfloat16 rows; per row: temperature (0: greedy) and
+// tokens (S,) int64 out; logits (S, V) float32 or bfloat16 rows; per row: temperature (< FLT_MIN: greedy) and
 // top_p (float32), seed_lo, seed_hi and counter (int64), as in sampler.SamplingBatch
 void sample(at::Tensor tokens, const at::Tensor& logits, const at::Tensor& temperature, const at::Tensor& top_p,
             const at::Tensor& seed_lo, const at::Tensor& seed_hi, const at::Tensor& counter) {

@@ -171,3 +171,34 @@ def test_stdout_takes_one_output_whatever_it_is_called(tmp_path):
     result = invoke(["--headless", *RUN, "--record", "-"])
     assert result.exit_code == 2 and "--record: '-' would mix the trace into stdout" in result.output
     assert not (tmp_path / "-").exists()
+
+
+@pytest.fixture(scope="module")
+def a_trace(tmp_path_factory) -> str:
+    trace = tmp_path_factory.mktemp("trace") / "t.jsonl"
+    assert invoke(["--headless", *RUN, "--record", str(trace), "-o", os.devnull]).exit_code == 0
+    return str(trace)
+
+
+def _commands(trace: str) -> dict[str, list[str]]:
+    """Every command with an output option, before its own output options (issue 29: each of these ran
+    its whole job, then failed on an empty path)."""
+    return {"headless": ["--headless", *RUN], "compare": ["compare", *RUN],
+            "replay": ["replay", trace, "--headless"], "calibrate": ["calibrate", "--from-trace", trace],
+            "attach": ["attach", "http://127.0.0.1:9", "--headless", "--duration", "0.2", "--interval", "0.1"]}
+
+
+@pytest.mark.parametrize("command,option", [("headless", "-o"), ("headless", "--record"), ("compare", "-o"),
+                                            ("replay", "-o"), ("calibrate", "-o"), ("attach", "-o"),
+                                            ("attach", "--record")])
+@pytest.mark.parametrize("path", ["", "{d}/new-folder/"], ids=["empty", "trailing-slash"])
+def test_an_empty_path_or_one_naming_a_missing_folder_exits_2_before_any_work(tmp_path, a_trace, command, option,
+                                                                             path):
+    args = _commands(a_trace)[command]
+    result = CliRunner().invoke(main, [*args, option, path.format(d=tmp_path)])
+    assert result.exit_code == 2, result.output
+    long_option = "--output" if option == "-o" else option
+    says = "the path is empty: name a file" if not path else "names a directory (it ends in /) that does not exist"
+    assert f"Error: {long_option}: " in result.output and says in result.output
+    assert "building" not in result.output and "measuring" not in result.output
+    assert not (tmp_path / "new-folder").exists()

@@ -47,6 +47,17 @@ def test_the_fit_recovers_known_constants_from_steps_on_both_sides_of_the_ridge(
     assert fit.rms_relative_error < 0.01
 
 
+def test_a_device_slower_than_the_searched_span_fits_at_its_edge_and_the_file_loads_again(tmp_path):
+    """Steps compute-bound at 0.5% of the peak (a tiny model on a busy host): the fit stops at the
+    search's edge instead of writing an efficiency that --calibration then refuses."""
+    slow = Calibration(compute_efficiency=0.005, memory_efficiency=0.7, attention_efficiency=0.5,
+                       step_overhead_s=0.002)
+    cal = fit_calibration(samples([16, 32, 64, 128, 256], slow), PEAKS, source="t", fitted_on={}).calibration
+    assert cal.compute_efficiency == pytest.approx(0.01)
+    path = write(tmp_path, {"schema": "batchtop.calibration/1", **cal.as_dict()})
+    assert load_calibration(path).compute_efficiency == pytest.approx(0.01)
+
+
 def test_a_roof_the_steps_never_meet_is_reported_as_a_range_and_kept_near_the_default():
     fit = fit_calibration(samples([0.5, 1, 2, 3]), PEAKS, source="t", fitted_on={})  # all memory-bound
     lo, hi = fit.ranges["compute_efficiency"]

@@ -128,13 +128,13 @@ def test_calibrate_at_one_context_keeps_the_default_attention_efficiency_and_say
     assert doc["attention_efficiency"] == 0.8 and doc["fit"]["held_at_default"] == ["attention_efficiency"]
 
 
-@pytest.mark.parametrize("batches", ["8", "1,1", "1,x", "0,4"])
+@pytest.mark.parametrize("batches", ["8", "1,1", "1,x", "0,4", "1,100000"])
 def test_calibrate_needs_two_batch_sizes(batches, tmp_path):
     result = invoke(["calibrate", *TINY, "--batches", batches, "-o", str(tmp_path / "c.json")])
     assert result.exit_code == 2 and "--batches" in result.output
 
 
-@pytest.mark.parametrize("contexts", ["", "128,x", "0,512"])
+@pytest.mark.parametrize("contexts", ["", "128,x", "0,512", "128,99999999999"])
 def test_calibrate_refuses_a_bad_context(contexts, tmp_path):
     result = invoke(["calibrate", *TINY, "--context", contexts, "-o", str(tmp_path / "c.json")])
     assert result.exit_code == 2 and "--context" in result.output

@@ -230,3 +230,43 @@ def test_a_gzip_trace_from_a_fifo_replays(tmp_path, recorded):
     writer.join(10)
     assert result.exit_code == 0, result.output
     assert json.loads(result.stdout)["steps"] == recorded["run.jsonl.gz"][1]["steps"]
+
+
+# -- issue 29 round 2: numbers finite but past any real session (replay summed them to inf) --------
+
+def _set(event: dict, field: str, index: int, value) -> dict:
+    return {**event, field: [*event[field][:index], value, *event[field][index + 1:]]}
+
+
+@pytest.mark.parametrize("field,index,value,says", ids=["times", "cost", "counters"], argvalues=[
+    ("times", 0, 1e308, "field times [0] must be a number >= 0 and at most 1e+12, got 1e+308"),
+    ("cost", 0, 1e308, "field cost [0] must be a number >= 0 and at most 1e+30, got 1e+308"),
+    ("counters", 0, 10 ** 40, "field counters [0] must be an integer >= 0 and at most 9007199254740992, "
+                              "got an integer of 41 digits"),
+])
+def test_a_step_number_past_any_real_session_exits_2_naming_line_and_field(tmp_path, recorded, field, index, value,
+                                                                          says):
+    events, line = edit_event(events_of(recorded), "step", lambda e: _set(e, field, index, value))
+    bad = tmp_path / "bad.jsonl"
+    write_events(bad, events)
+    assert_exit_2(replay(bad, "--headless"), f"{bad}:{line}: step event: {says}")
+    result = CliRunner().invoke(main, ["calibrate", "--from-trace", str(bad), "-o", str(tmp_path / "c.json")])
+    assert_exit_2(result, f"{bad}:{line}: step event: {says}")  # was numpy's LinAlgError
+    assert not (tmp_path / "c.json").exists()
+
+
+def test_a_step_shorter_than_any_clock_measures_is_not_fitted(tmp_path, recorded):
+    events, line = edit_event(events_of(recorded), "step", lambda e: _set(e, "times", 0, 1e-300))
+    bad = tmp_path / "bad.jsonl"
+    write_events(bad, events)
+    assert replay(bad, "--headless").exit_code == 0  # a replay can show it
+    result = CliRunner().invoke(main, ["calibrate", "--from-trace", str(bad), "-o", str(tmp_path / "c.json")])
+    assert_exit_2(result, f"--from-trace: {bad}:{line}: step event: field times[0] 1e-300 s is shorter than any "
+                          "clock measures a step")
+
+
+def test_header_peaks_past_any_device_exit_2_naming_the_field(tmp_path, recorded):
+    events = events_of(recorded)
+    bad = tmp_path / "bad.jsonl"
+    write_events(bad, with_header(events, peaks={**events[0]["peaks"], "peak_flops": 1e300}))
+    assert_exit_2(replay(bad, "--headless"), f"{bad}:1: header: field peaks.peak_flops must be in 1000..1e+21")

@@ -86,3 +86,100 @@ def test_different_seeds_give_different_tokens_and_greedy_is_unchanged_by_sample
     greedy_alone, _, _ = run_all(Engine(tiny_config(max_num_seqs=1)), [g])
     assert mixed["a"] != mixed["b"]
     assert mixed["g"] == greedy_alone["g"]
+
+
+# -- tiny values and bounded loops (issue 29: top_p 1e-300 froze the engine) ---------------------------
+
+def returns_within(seconds: float, fn):
+    """fn()'s result, or a failure when it has not returned in time (a loop without end: the
+    thread is left spinning, but the test says so instead of hanging the suite)."""
+    import threading
+
+    out: list = []
+    thread = threading.Thread(target=lambda: out.append(fn()), daemon=True)
+    thread.start()
+    thread.join(seconds)
+    assert out, f"did not return within {seconds} s"
+    return out[0]
+
+
+@pytest.mark.parametrize("method", [sample_nucleus_sorted, sample_nucleus_rejection])
+def test_a_top_p_that_float32_rounds_to_zero_keeps_only_the_top_token(method):
+    probs = torch.softmax(torch.randn(8, V, generator=torch.Generator().manual_seed(3)), dim=-1)
+    top_p = torch.tensor([1e-300] * 8, dtype=torch.float32)  # 0.0 in float32
+    assert float(top_p[0]) == 0.0
+    got = returns_within(30, lambda: method(probs, top_p, rows_batch(8, 0.0)))
+    assert torch.equal(got, probs.argmax(-1))
+
+
+def test_rows_still_rejected_after_max_draws_are_drawn_from_the_nucleus_by_the_sort(monkeypatch):
+    from batchtop.core_engine.worker import sampler
+
+    monkeypatch.setattr(sampler, "MAX_DRAWS", 1)  # every rejected row goes to the sort
+    probs = torch.softmax(torch.linspace(2.0, -1.0, V) + torch.tensor([0.3, -0.3] * (V // 2)), dim=0)
+    n = 20000
+    tokens = sample_nucleus_rejection(probs.expand(n, V).contiguous(), torch.full((n,), 0.5), rows_batch(n, 0.5))
+    want = nucleus(probs, 0.5)
+    got = torch.bincount(tokens, minlength=V).float() / n
+    assert torch.all(got[want == 0] == 0)
+    assert (got - want).abs().max() < 0.015
+
+
+def test_nan_probabilities_still_end_the_rejection_loop():
+    probs = torch.full((4, V), float("nan"))
+    got = returns_within(30, lambda: sample_nucleus_rejection(probs, torch.full((4,), 0.5), rows_batch(4, 0.5)))
+    assert got.shape == (4,) and bool(((got >= 0) & (got < V)).all())
+
+
+def test_a_temperature_below_float32s_normal_range_is_greedy():
+    assert SamplingParams(temperature=1e-40).greedy and SamplingParams(temperature=0.0).greedy
+    assert not SamplingParams(temperature=1e-30).greedy
+
+
+TINY_VALUES_SCRIPT = r"""
+import json, sys
+import torch
+from batchtop.core_engine.engine.engine import Engine
+from batchtop.core_engine.sched.request import Request, SamplingParams
+from batchtop.gpu_kernels import cpu_kernels
+from tests.conftest import run_all, tiny_config
+
+prompt = tuple(range(5, 17))
+params = {"greedy": SamplingParams(), "top_p_zero": SamplingParams(temperature=1.0, top_p=1e-300, seed=1),
+          "top_p_zero_b": SamplingParams(temperature=1.0, top_p=1e-300, seed=2),
+          "cold": SamplingParams(temperature=1e-40, seed=1), "cold_b": SamplingParams(temperature=1e-40, seed=2)}
+requests = [Request(name, prompt, 12, sampling=p) for name, p in params.items()]
+outputs, _, _ = run_all(Engine(tiny_config(dtype="bfloat16", max_num_seqs=5)), requests)
+kernel = {}
+if cpu_kernels.available():  # the kernel on NaN logits: every row must still return
+    logits = torch.randn(3, 600)
+    logits[0, 7] = logits[1] = float("nan")
+    b = [torch.ones(3), torch.full((3,), 0.5), torch.arange(3), torch.zeros(3, dtype=torch.long), torch.arange(3)]
+    kernel["nan"] = cpu_kernels.sample(logits, *b).tolist()
+print(json.dumps({"outputs": {k: list(v) for k, v in outputs.items()}, "kernel": kernel,
+                  "used_kernel": cpu_kernels.available()}))
+"""
+
+
+@pytest.mark.parametrize("kernel", ["1", "0"])
+def test_tiny_top_p_and_temperature_give_the_greedy_tokens_on_either_sampler(kernel):
+    """A request with top_p that rounds to 0 in float32 (1e-300), or a temperature that underflows
+    (1e-40), gets exactly the greedy tokens whatever its seed, on the CPU kernel and the torch code.
+    In a child process: the old kernel never returned from such a row."""
+    import json
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    env = {**os.environ, "BATCHTOP_CPU_KERNEL": kernel}
+    proc = subprocess.run([sys.executable, "-c", TINY_VALUES_SCRIPT], capture_output=True, text=True, env=env,
+                          timeout=120, cwd=Path(__file__).resolve().parents[2])
+    assert proc.returncode == 0, proc.stderr
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    outputs = result["outputs"]
+    assert result["used_kernel"] == (kernel == "1")
+    for name in ("top_p_zero", "top_p_zero_b", "cold", "cold_b"):
+        assert outputs[name] == outputs["greedy"], name
+    if kernel == "1":
+        assert all(0 <= t < 600 for t in result["kernel"]["nan"])

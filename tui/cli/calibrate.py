@@ -10,6 +10,7 @@ import torch
 from rich.console import Console
 from rich.table import Table
 
+from batchtop.core_engine.config import MAX_NUM_SEQS_LIMIT
 from batchtop.core_engine.engine.engine import Engine
 from batchtop.core_engine.sched.kv_cache import cdiv
 from batchtop.core_engine.errors import ConfigError
@@ -22,8 +23,11 @@ from batchtop.core_engine.simulate.fit import Fit, fit_calibration, predict
 from batchtop.core_engine.perf.decode_sweep import (StepSample, decode_sweep, sweep_means, sweep_points,
                                                         typical_seconds)
 from batchtop.tui.cli.headless import note, note_written
-from batchtop.tui.cli.options import bad_input_exits
+from batchtop.tui.cli.options import EXIT_BAD_INPUT, bad_input_exits, fail
 from batchtop.core_engine.output_files import check_outputs, deliver_json
+
+
+MIN_MEASURED_S = 1e-9  # a clock's resolution: a recorded step shorter than this was not measured
 
 
 def parse_lengths(option: str, text: str) -> list[int]:
@@ -39,6 +43,9 @@ def parse_lengths(option: str, text: str) -> list[int]:
 
 def parse_batches(text: str) -> list[int]:
     batches = parse_lengths("--batches", text)
+    if max(batches) > MAX_NUM_SEQS_LIMIT:
+        raise ConfigError("--batches", f"must all be at most {MAX_NUM_SEQS_LIMIT} (the most slots an engine has), "
+                                       f"got {text!r}")
     if len(batches) < 2:
         raise ConfigError("--batches", f"needs two or more distinct batch sizes >= 1 (the overhead and the "
                                        f"per-row costs are fitted apart), got {text!r}")
@@ -47,6 +54,11 @@ def parse_batches(text: str) -> list[int]:
 
 def measured_sweep(opts: dict, batches: list[int], contexts: list[int]) -> tuple[list[StepSample], DevicePeaks, dict]:
     steps = opts["steps"]
+    model = resolve_config(model=opts["model"], device=opts["device"], dtype=opts["dtype"], max_num_seqs=1,
+                           max_num_batched_tokens=1, num_kv_blocks=1).model
+    if max(contexts) + steps + 1 > model.max_position_embeddings:  # named here, not as a pool too large
+        raise ConfigError("--context", f"{max(contexts)} tokens and {steps} --steps pass {model.name}'s "
+                                       f"max_model_len {model.max_position_embeddings}")
     # the model's holder: each point of the sweep decodes on a KV pool of its own (decode_sweep)
     config = resolve_config(model=opts["model"], device=opts["device"], dtype=opts["dtype"],
                             max_num_seqs=max(batches), max_num_batched_tokens=max(batches) * max(contexts),
@@ -72,8 +84,15 @@ def recorded_steps(path: str) -> tuple[list[StepSample], DevicePeaks, dict]:
         raise ConfigError("--from-trace", f"{path}:1: {exc}") from None
     if peaks is None:
         raise ConfigError("--from-trace", f"{path}: the trace records no device peaks")
-    samples = [StepSample(snap.num_seqs, snap.cost, snap.step_time_s)
-               for _, snap in trace.snapshots() if snap is not None and snap.is_step and snap.step_time_s > 0]
+    samples = []
+    for i, (_, snap) in enumerate(trace.snapshots()):
+        if snap is None or not snap.is_step or snap.step_time_s <= 0:
+            continue
+        if snap.step_time_s < MIN_MEASURED_S:
+            raise ConfigError("--from-trace", f"{path}:{trace.lines[i]}: step event: field times[0] "
+                                              f"{snap.step_time_s!r} s is shorter than any clock measures a step "
+                                              f"({MIN_MEASURED_S:g} s): not a measured step")
+        samples.append(StepSample(snap.num_seqs, snap.cost, snap.step_time_s))
     if len({s.cost for s in samples}) < 2:
         raise ConfigError("--from-trace", f"{path}: needs two or more different steps to fit, has {len(samples)}")
     return samples, peaks, {"device": peaks.device_name, "model": config.model.name,
@@ -101,7 +120,10 @@ def run_calibrate(opts: dict, output: str) -> None:
         else:
             samples, peaks, fitted_on = measured_sweep(opts, parse_batches(opts["batches"]),
                                                        parse_lengths("--context", opts["context"]))
-    fit = fit_calibration(samples, peaks, source=output, fitted_on=fitted_on)
+    try:
+        fit = fit_calibration(samples, peaks, source=output, fitted_on=fitted_on)
+    except ValueError as exc:  # steps no model time can fit (all of one size, no work at all)
+        fail(f"{'--from-trace' if opts['from_trace'] is not None else 'calibrate'}: {exc}", EXIT_BAD_INPUT)
     for caveat in fit.caveats():  # what these steps could not pin down
         note(caveat)
     doc = {"schema": CALIBRATION_SCHEMA, **fit.calibration.constants(),

@@ -24,7 +24,7 @@ def run_dashboard(opts: dict, *, theme: str = "batchtop-dark", start_paused: boo
         cpu_kernels.start_background()  # built beside the torch ops, switched in between two steps
     # The main thread will draw; it must never run a torch parallel region (see core_engine.torch_thread)
     peaks = call_in_thread(lambda: load_peaks(setup))
-    from batchtop.tui.app import BatchtopApp  # Textual loads only here, never on the headless path
+    from batchtop.tui.app import QUIT_WAIT_S, BatchtopApp  # Textual loads only here, never on the headless path
     from batchtop.tui.sources.preparing import PreparingSource
     from batchtop.tui.sources.source import EngineInfo
 
@@ -34,9 +34,15 @@ def run_dashboard(opts: dict, *, theme: str = "batchtop-dark", start_paused: boo
     info = EngineInfo(setup.config, peaks, label, simulation=sim, workload=setup.workload_record(),
                       telemetry=telemetry)
     source = PreparingSource(info, lambda say: prepare(setup, peaks, telemetry, say, start_paused), kernels=kernels)
+    # The recording opens on the worker thread once the engine is built; whatever ends the process from
+    # here (q, SIGTERM before the app has drawn or while its engine thread is still in a step, SIGINT)
+    # closes it with its end event.
+    reason = "interrupted"
     try:
         code = BatchtopApp(source, theme=theme).run()
+        reason = "error" if source.error is not None else "quit"
     finally:
+        source.shut_down(reason, QUIT_WAIT_S)
         cpu_kernels.stop_background()
     if source.failure is not None:  # the app has closed: say why on the terminal too
         exit_code, message = source.failure

@@ -10,6 +10,8 @@ from collections.abc import Callable
 import click
 
 from batchtop.core_engine.perf.device_peaks import DevicePeaks, device_peaks
+from batchtop.core_engine.perf.metrics import finite
+from batchtop.core_engine.run.resolve import pool_note
 from batchtop.core_engine.engine.engine import Engine
 from batchtop.core_engine.run.headless import RunResult, run_workload
 from batchtop.core_engine.run.session import Session
@@ -35,10 +37,13 @@ def build_engine(setup: Setup, say: Callable[[str], None] = note) -> Engine:
     """say: where to tell what is being built (stderr; the dashboard's status line while it loads)."""
     c = setup.config
     sim = setup.simulation
+    capped = pool_note(c)
     if sim is not None:
         note(f"simulating {c.model.name} ({c.model.num_params() / 1e6:.3g}M params, {c.dtype}) on "
              f"{sim.device.label}: no model runs, each step's time comes from the roofline model; "
              f"{c.num_kv_blocks} KV blocks x {c.block_size} tokens; {len(setup.requests)} requests")
+        if capped:
+            note(capped)
         note(f"calibration: {sim.calibration.describe()}")
         if sim.mismatch():
             note(f"warning: {sim.mismatch()}")
@@ -47,6 +52,8 @@ def build_engine(setup: Setup, say: Callable[[str], None] = note) -> Engine:
     dtype = f"{c.model.quantization} dequantized to {c.dtype}" if c.model.quantization else c.dtype
     say(f"{verb} {c.model.name} ({c.model.num_params() / 1e6:.3g}M params, {dtype}) on {c.device}; "
         f"{c.num_kv_blocks} KV blocks x {c.block_size} tokens; {len(setup.requests)} requests")
+    if capped:
+        say(capped)
     if say is note:
         with bad_input_exits():  # a tensor the header promised but the file cannot deliver
             engine = Engine(c)
@@ -103,7 +110,7 @@ def metrics_document(result: RunResult, setup: Setup, config_dict: dict, peaks: 
         doc["interrupted_by"] = signal.Signals(result.signal).name
     elif result.stopped_by_script:
         doc["stopped_by"] = "script"
-    return doc
+    return finite(doc)
 
 
 def exit_code(result: RunResult) -> int:

@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import os
 import signal
-import sys
 import threading
 
 import click
 
 from batchtop.core_engine.config import PRESETS
-from batchtop.core_engine.run.stop import Terminated, exit_status, raise_terminated
+from batchtop.core_engine.run.stop import raise_terminated, signal_of, stopped
 from batchtop.tui.cli.options import SEED, Finite, engine_options, session_options, theme_option
 
 CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
@@ -18,7 +17,14 @@ CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 
 class Batchtop(click.Group):
     """Ctrl-C or SIGTERM outside a run (loading a model, measuring the machine) exits 130 / 143 with
-    one line, not click's "Aborted!"; during a run the driver stops at a step boundary instead."""
+    one line, not click's "Aborted!"; during a run the driver stops at a step boundary instead. Before
+    this module is even imported, tui/__main__.py (the console script) says the same."""
+
+    def make_context(self, *args, **kwargs) -> click.Context:
+        try:  # click turns a KeyboardInterrupt while it parses into "Aborted!" and exit 1
+            return super().make_context(*args, **kwargs)
+        except KeyboardInterrupt as exc:
+            stopped(signal_of(exc))
 
     def invoke(self, ctx: click.Context):
         if threading.current_thread() is threading.main_thread():
@@ -29,9 +35,7 @@ class Batchtop(click.Group):
         try:
             return super().invoke(ctx)
         except KeyboardInterrupt as exc:
-            signum = signal.SIGTERM if isinstance(exc, Terminated) else signal.SIGINT
-            click.echo(f"batchtop: stopped by {signum.name}", err=True)
-            sys.exit(exit_status(signum))
+            stopped(signal_of(exc))
 
 
 @click.group(cls=Batchtop, invoke_without_command=True, context_settings=CONTEXT)

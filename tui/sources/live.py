@@ -59,6 +59,7 @@ class EngineSource:
         self.notify: Notify = lambda kind, text: None
         self.loop = RunLoop(self.session, until_done=False, time=pace, stop_reason="quit", on_step=self._on_step,
                             on_idle=self._on_idle, on_restart=self._on_restart, paused=start_paused)
+        self.started = threading.Event()  # set once the engine thread has entered run()
         self.runs = 1  # restarts so far + 1
         self.error: str | None = None
         self._finished_announced = False
@@ -82,6 +83,7 @@ class EngineSource:
 
     # -- the worker thread ----------------------------------------------------------------------
     def run(self, is_cancelled: Callable[[], bool]) -> None:
+        self.started.set()
         end = self.loop.run(is_cancelled)
         if end.reason == "error":  # the engine is dead; the UI stays up and says why
             self.error = end.error_text
@@ -92,6 +94,17 @@ class EngineSource:
 
     def stop(self) -> None:
         self.loop.stop()
+
+    def shut_down(self, reason: str, wait_s: float) -> None:
+        """However the app ended (a signal before it drew, a step that outlived the quit's wait): stop
+        the engine thread, give it `wait_s` to close the session itself, then close what is still open
+        (the recorder takes a close from any thread; the engine thread writes nothing after it)."""
+        self.stop()
+        if self.started.is_set():
+            self.loop.done.wait(wait_s)
+        recorder = self.session.recorder
+        if recorder is not None and not recorder.closed:
+            self.session.close(reason)
 
     def wake(self) -> None:
         """Thread-safe: work has arrived (a server's request); an idle engine thread starts at once."""

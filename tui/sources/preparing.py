@@ -93,6 +93,22 @@ class PreparingSource:
         if self._inner is not None:
             self._inner.stop()
 
+    @property
+    def error(self) -> str | None:
+        """The engine's error once it runs; why preparing failed before."""
+        if self._inner is not None:
+            return self._inner.error
+        return self.failure[1] if self.failure is not None else None
+
+    def shut_down(self, reason: str, wait_s: float) -> None:
+        """However the app ended: stop preparing (a model still loading is left to finish on its daemon
+        thread, which then stops at once), and close the live source's session (EngineSource.shut_down)."""
+        self.stop()
+        if self._inner is None:
+            self.done.wait(min(wait_s, 1.0))
+        if self._inner is not None:
+            self._inner.shut_down(reason, wait_s)
+
     # -- keys and the status line ------------------------------------------------------------------
     def act(self, name: str) -> str | None:
         if self._inner is None:
