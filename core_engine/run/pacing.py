@@ -6,9 +6,10 @@ small CPU is flooded or left idle. Instead the run opens with a first wave that 
 then plays the trace's arrivals (their order and burstiness) on a clock that runs faster or slower so
 that, by Little's law, `target` x max_num_seqs requests stay in the system:
 
-    arrival rate = (completion rate over the last WINDOW_S) x (target occupancy / occupancy now)
+    arrival rate = (completion rate over the last WINDOW_S, or 4 per slot) x trim
 
-measured from the run itself, every step: a busy neighbour that halves the engine's speed halves the
+where the trim integrates how far the occupancy is from the target (up while short, down above it),
+all measured from the run itself, every step: a busy neighbour that halves the engine's speed halves the
 completion rate and the arrivals with it. Above the target the trace's clock stops (`gate`): early
 on the short answers finish first and the rate reads high, and a trace's bursts come at once; neither
 may build a queue. Nothing is probed before the run starts. The controller learns only under continuous batching: under
@@ -19,6 +20,7 @@ in its snapshot (`arrival_speed`), and `describe()` says how the run was paced.
 
 from __future__ import annotations
 
+import math
 from collections import deque
 
 from batchtop.core_engine.engine.snapshot import StepSnapshot
@@ -26,10 +28,12 @@ from batchtop.core_engine.sched.request import Request
 
 TARGET_SLOT_UTILIZATION = 0.8
 WINDOW_S = 20.0  # completions over this long measure the completion rate...
-MIN_COMPLETIONS = 6  # ...or over as long as it took for this many, whichever is longer
+MIN_COMPLETIONS = 6  # ...or over as long as it took for this many, whichever is longer...
+WINDOW_COMPLETIONS_PER_SLOT = 4  # ...but no more than this many per slot (a fast engine follows a change soon)
 OCCUPANCY_S = 2.0  # the occupancy the correction reads is its mean over this long
 SMOOTHING_S = 3.0  # time constant of the arrival rate's changes
-MAX_GAIN, MIN_GAIN = 2.0, 0.5  # the occupancy correction's bounds (the gate stops arrivals above target)
+MAX_GAIN, MIN_GAIN = 3.0, 0.33  # the occupancy trim's bounds (the gate stops arrivals above target)
+TRIM_S = 4.0  # how fast the trim moves: e-fold in this long at 100% short of the target
 MAX_GAP_S = 1.0  # a longer gap between two looks (a pause) moves the trace clock this far only
 
 
@@ -42,6 +46,7 @@ class ClosedLoopPacer:
         self._loaded: list[Request] = []
         self._trace_rate = 0.0  # the recording's mean arrivals per second
         self._rate: float | None = None  # the arrivals per second now; None until measured
+        self._trim = 1.0  # the occupancy correction on the completion rate
         self._completions: deque[tuple[float, int]] = deque()  # (run time, completed so far)
         self._occupancy: deque[tuple[float, int]] = deque()  # (run time, requests in the system)
         self._speed_time = self._speed_sum = 0.0
@@ -60,7 +65,8 @@ class ClosedLoopPacer:
     def restart(self) -> None:
         self._pending = deque(self._loaded)
         wave = self._loaded[:self.first_wave]
-        self._trace_t = wave[-1].arrival_s if wave else 0.0  # the first wave is due at once
+        self._trace_t = wave[-1].arrival_s if wave else 0.0  # the first wave is due at once...
+        self._wave_left = len(wave)  # ...and comes whole, through the gate
         self._last_now: float | None = None
         self._in_system = 0
         self._max_num_seqs = self.first_wave
@@ -92,7 +98,7 @@ class ClosedLoopPacer:
         return max(1, round(self.target * self._max_num_seqs)) + 1
 
     def _gated(self) -> bool:
-        return not self.held and self._in_system >= self.gate
+        return not self._wave_left and not self.held and self._in_system >= self.gate
 
     def pop_due(self, now: float) -> list[tuple[float, Request]]:
         gap = 0.0 if self._last_now is None else min(max(0.0, now - self._last_now), MAX_GAP_S)
@@ -107,6 +113,7 @@ class ClosedLoopPacer:
         due = []
         while self._pending and self._pending[0].arrival_s <= self._trace_t and not self._gated():
             request = self._pending.popleft()
+            self._wave_left = max(0, self._wave_left - 1)
             late = (self._trace_t - request.arrival_s) / speed if speed > 0 else 0.0
             due.append((max(now - gap, now - late), request))  # when it arrived, within this gap
             self._in_system += 1
@@ -131,8 +138,10 @@ class ClosedLoopPacer:
         self._max_num_seqs = snap.max_num_seqs
         self._completions.append((t, snap.counters.completed))
         self._occupancy.append((t, self._in_system))
-        while len(self._completions) > 2 and t - self._completions[1][0] >= WINDOW_S \
-                and snap.counters.completed - self._completions[1][1] >= MIN_COMPLETIONS:
+        done = snap.counters.completed
+        most = WINDOW_COMPLETIONS_PER_SLOT * snap.max_num_seqs
+        while len(self._completions) > 2 and done - self._completions[1][1] >= MIN_COMPLETIONS \
+                and (t - self._completions[1][0] >= WINDOW_S or done - self._completions[1][1] >= most):
             self._completions.popleft()
         while len(self._occupancy) > 1 and t - self._occupancy[0][0] > OCCUPANCY_S:
             self._occupancy.popleft()
@@ -148,8 +157,11 @@ class ClosedLoopPacer:
         completion_rate = (done1 - done0) / (t1 - t0)
         occupancy = sum(n for _, n in self._occupancy) / len(self._occupancy)
         wanted = self.target * snap.max_num_seqs
-        gain = min(MAX_GAIN, max(MIN_GAIN, wanted / max(occupancy, 0.5)))
-        rate = completion_rate * gain
+        # integral action: the trim grows while occupancy is short of the target and shrinks above it,
+        # so the pace settles at the target whatever the requests' lengths and the host's speed
+        error = (wanted - occupancy) / max(wanted, 1.0)
+        self._trim = min(MAX_GAIN, max(MIN_GAIN, self._trim * math.exp(error * snap.step_time_s / TRIM_S)))
+        rate = completion_rate * self._trim
         if self._rate is None:
             self._rate = rate
         else:

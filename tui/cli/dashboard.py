@@ -3,6 +3,8 @@ checked; the model loads (and, on a CPU, the C++ kernels build) while they show 
 
 from __future__ import annotations
 
+import os
+import signal
 import sys
 
 from batchtop.core_engine.errors import BadInput
@@ -44,6 +46,11 @@ def run_dashboard(opts: dict, *, theme: str = "batchtop-dark", start_paused: boo
     finally:
         source.shut_down(reason, QUIT_WAIT_S)
         cpu_kernels.stop_background()
+    if code and code > 128:  # ended by a signal: the one line, as before the screen was up (run.stop)
+        print(f"batchtop: stopped by {signal.Signals(code - 128).name}", file=sys.stderr, flush=True)
+        if source.preparing:  # the model still builds on its thread, inside torch: out at once
+            sys.stdout.flush()
+            os._exit(code)
     if source.failure is not None:  # the app has closed: say why on the terminal too
         exit_code, message = source.failure
         fail(message, exit_code)

@@ -60,6 +60,11 @@ class PreparingSource:
     def inner(self) -> EngineSource | None:
         return self._inner
 
+    @property
+    def preparing(self) -> bool:
+        """Whether the worker thread is still building the engine (inside torch)."""
+        return self._inner is None and self.failure is None and not self.done.is_set()
+
     def _say(self, message: str) -> None:
         self._message = message
         self._loading = DashboardFrame(None, LiveMetrics(), state="loading")  # a new frame: the app repaints
