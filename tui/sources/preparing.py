@@ -123,7 +123,7 @@ class PreparingSource:
     def status(self, frame: DashboardFrame) -> str:
         if self._inner is None:
             if self.failure is not None:
-                return ""  # the frame's error is on the line already
+                return f"could not start: {self.failure[1]}"
             return f"{self._message} ({time.monotonic() - self._started:.0f} s)"
         parts = [p for p in (self._inner.status(frame), self._kernel_status()) if p]
         return " · ".join(parts)
