@@ -77,7 +77,8 @@ class StderrProgress:
             left = self.eta_s()
             eta = f"ETA {duration(left)}" if left is not None else "ETA after the first completions"
         waiting = snap.num_waiting if snap is not None else 0
-        return (f"{self.label}[{bar}] {done}/{self.total} requests · {eta} · {duration(elapsed)} so far · "
+        so_far = "" if done >= self.total else f" · {duration(elapsed)} so far"
+        return (f"{self.label}[{bar}] {done}/{self.total} requests · {eta}{so_far} · "
                 f"step {self._most_steps} · {self._rate.rate():.0f} tok/s · waiting {waiting}")
 
     def _draw(self) -> None:
