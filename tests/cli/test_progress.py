@@ -60,3 +60,10 @@ def test_a_plain_headless_run_counts_the_bundled_workloads_first_48_requests_and
     assert result.exit_code == 0, result.output
     assert "first 48 requests (the --headless default" in result.stderr
     assert "48/48 requests · done in" in result.stderr.splitlines()[-1]
+
+
+def test_a_tiny_model_says_how_many_parameters_it_has_not_0m(tmp_path):
+    result = CliRunner().invoke(main, ["--headless", "--model", "tiny", "--device", "cpu", "--dtype", "float32",
+                                       "--workload", "synthetic", "--num-requests", "2", "-o", str(tmp_path / "m.json")])
+    assert result.exit_code == 0, result.output
+    assert "building tiny (0.14M params" in result.stderr and "(0M params" not in result.stderr

@@ -296,3 +296,19 @@ async def test_the_compact_timeline_shows_every_slot_or_says_which_it_does_not(s
             await pilot.press("down")
             await wait_for(pilot, lambda: panel.timeline_top == 1)
             assert "slots 1-" in panel_text(app, SlotsPanel)
+
+
+async def test_p_while_the_help_screen_is_open_saves_that_screen_and_says_where(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # the screenshot lands in the working directory
+    app = make_app()
+    notes = []
+    async with app.run_test(size=(100, 30)) as pilot:
+        monkeypatch.setattr(app, "notify", lambda text, **kw: notes.append(text))
+        await pilot.press("question_mark")
+        await pilot.pause()
+        await pilot.press("p")
+        await pilot.pause()
+        assert isinstance(app.screen, HelpScreen)  # still open
+    (svg,) = tmp_path.glob("batchtop_*.svg")
+    assert any("screenshot saved to" in n and svg.name in n for n in notes)
+    assert "Slots&#160;timeline" in svg.read_text()  # the help screen is what was saved
