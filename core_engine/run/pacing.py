@@ -145,7 +145,7 @@ class ClosedLoopPacer:
             self._completions.popleft()
         while len(self._occupancy) > 1 and t - self._occupancy[0][0] > OCCUPANCY_S:
             self._occupancy.popleft()
-        self.held = snap.mode != "continuous"
+        self.held = snap.mode != "continuous" and self._rate is not None  # nothing to hold yet: learn
         if not self.held:
             self._learn(snap, t)
         self._note_speed(snap.step_time_s)

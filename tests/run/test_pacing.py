@@ -126,3 +126,12 @@ def test_the_bundled_workload_is_paced_unless_a_time_scale_is_given(tmp_path, ar
         assert workload["pacing"]["speed_mean"] > 0
     else:
         assert workload["time_scale"] == 0.01
+
+
+def test_a_run_that_starts_in_static_batching_learns_a_pace_before_it_holds_one():
+    """With no pace learned yet there is nothing to hold: the trace must not trickle in one request at a time."""
+    engine, pacer, _ = paced_engine("static")
+    snaps = run_steps(engine, 400)
+    assert snaps[-1].arrival_speed > 0
+    batches = [s.num_running for s in snaps[100:] if s.admitted]
+    assert max(batches) > 2
