@@ -250,6 +250,7 @@ async def test_every_panel_always_shows_the_same_step_as_the_others():
     app = BatchtopApp(EngineSource(engine, long_workload, start_paused=True, peaks=PEAKS))
     async with app.run_test(size=(120, 36)) as pilot:
         await pilot.press("space")
+        await wait_for(pilot, lambda: app.source.frame.state == "running")  # on a busy host it takes a moment
         checked = 0
         while app.source.frame.state == "running" and checked < 30:
             await pilot.pause(0.05)
