@@ -6,9 +6,9 @@ small CPU is flooded or left idle. Instead the run opens with a first wave that 
 then plays the trace's arrivals (their order and burstiness) on a clock that runs faster or slower so
 that, by Little's law, `target` x max_num_seqs requests stay in the system:
 
-    arrival rate = (completion rate over the last WINDOW_S, or 4 per slot) x trim
+    arrival rate = (completion rate over the last WINDOW_S, or 4 per slot) x target/occupancy x trim
 
-where the trim integrates how far the occupancy is from the target (up while short, down above it),
+(target/occupancy bounded to 0.5-2) where the trim integrates how far the occupancy is from the target (up while short, down above it),
 all measured from the run itself, every step: a busy neighbour that halves the engine's speed halves the
 completion rate and the arrivals with it. Above the target the trace's clock stops (`gate`): early
 on the short answers finish first and the rate reads high, and a trace's bursts come at once; neither
@@ -32,7 +32,7 @@ MIN_COMPLETIONS = 6  # ...or over as long as it took for this many, whichever is
 WINDOW_COMPLETIONS_PER_SLOT = 4  # ...but no more than this many per slot (a fast engine follows a change soon)
 OCCUPANCY_S = 2.0  # the occupancy the correction reads is its mean over this long
 SMOOTHING_S = 3.0  # time constant of the arrival rate's changes
-MAX_GAIN, MIN_GAIN = 3.0, 0.33  # the occupancy trim's bounds (the gate stops arrivals above target)
+MAX_GAIN, MIN_GAIN = 2.0, 0.5  # the occupancy gain's and trim's bounds (the gate stops arrivals above target)
 TRIM_S = 4.0  # how fast the trim moves: e-fold in this long at 100% short of the target
 MAX_GAP_S = 1.0  # a longer gap between two looks (a pause) moves the trace clock this far only
 
@@ -110,8 +110,12 @@ class ClosedLoopPacer:
         if self._pending and self._in_system == 0 and self._pending[0].arrival_s > self._trace_t \
                 and self._completions:  # nothing to wait for: the next request comes now
             self._trace_t = self._pending[0].arrival_s
+        # until a rate is measured (the first wave's worth of completions), each request that leaves is
+        # replaced at once (the gate still holds): the slots stay as full as the first wave left them
+        refill = self._rate is None and bool(self._completions) and not self.held
         due = []
-        while self._pending and self._pending[0].arrival_s <= self._trace_t and not self._gated():
+        while self._pending and (refill or self._pending[0].arrival_s <= self._trace_t) and not self._gated():
+            self._trace_t = max(self._trace_t, self._pending[0].arrival_s)
             request = self._pending.popleft()
             self._wave_left = max(0, self._wave_left - 1)
             late = (self._trace_t - request.arrival_s) / speed if speed > 0 else 0.0
@@ -154,14 +158,21 @@ class ClosedLoopPacer:
         (t0, done0), (t1, done1) = self._completions[0], self._completions[-1]
         if done1 - done0 < 2 or t1 <= t0:
             return
+        if self._rate is None and done1 < self.first_wave:  # still refilling: the slots turn over once
+            return                                         # at full occupancy, a measure of capacity
         completion_rate = (done1 - done0) / (t1 - t0)
         occupancy = sum(n for _, n in self._occupancy) / len(self._occupancy)
         wanted = self.target * snap.max_num_seqs
         # integral action: the trim grows while occupancy is short of the target and shrinks above it,
         # so the pace settles at the target whatever the requests' lengths and the host's speed
+        # in a closed loop the completion rate follows the arrivals: short of the target it reads the pace,
+        # not the capacity. Scaled by target/occupancy (Little's law, bounded) it estimates the capacity...
+        gain = min(MAX_GAIN, max(MIN_GAIN, wanted / max(occupancy, 0.5)))
+        # ...and an integral trim removes what is left: it grows while occupancy is short of the target and
+        # shrinks above it, so the pace settles at the target whatever the lengths and the host's speed
         error = (wanted - occupancy) / max(wanted, 1.0)
         self._trim = min(MAX_GAIN, max(MIN_GAIN, self._trim * math.exp(error * snap.step_time_s / TRIM_S)))
-        rate = completion_rate * self._trim
+        rate = completion_rate * gain * self._trim
         if self._rate is None:
             self._rate = rate
         else:
