@@ -6,7 +6,7 @@ small CPU is flooded or left idle. Instead the run opens with a first wave that 
 then plays the trace's arrivals (their order and burstiness) on a clock that runs faster or slower so
 that, by Little's law, `target` x max_num_seqs requests stay in the system:
 
-    arrival rate = (completion rate over the last WINDOW_S, or 4 per slot) x target/occupancy x trim
+    arrival rate = (completion rate over the last 10 s, or 4 per slot) x target/occupancy x trim
 
 (target/occupancy bounded to 0.5-2) where the trim integrates how far the occupancy is from the target (up while short, down above it),
 all measured from the run itself, every step: a busy neighbour that halves the engine's speed halves the
@@ -27,13 +27,14 @@ from batchtop.core_engine.engine.snapshot import StepSnapshot
 from batchtop.core_engine.sched.request import Request
 
 TARGET_SLOT_UTILIZATION = 0.8
-WINDOW_S = 20.0  # completions over this long measure the completion rate...
+WINDOW_S = 10.0  # completions over this long measure the completion rate...
 MIN_COMPLETIONS = 6  # ...or over as long as it took for this many, whichever is longer...
 WINDOW_COMPLETIONS_PER_SLOT = 4  # ...but no more than this many per slot (a fast engine follows a change soon)
 OCCUPANCY_S = 2.0  # the occupancy the correction reads is its mean over this long
 SMOOTHING_S = 3.0  # time constant of the arrival rate's changes
 MAX_GAIN, MIN_GAIN = 2.0, 0.5  # the occupancy gain's and trim's bounds (the gate stops arrivals above target)
 TRIM_S = 4.0  # how fast the trim moves: e-fold in this long at 100% short of the target
+FLOOR = 0.5  # share of the slots below which requests that leave are replaced at once
 MAX_GAP_S = 1.0  # a longer gap between two looks (a pause) moves the trace clock this far only
 
 
@@ -97,6 +98,12 @@ class ClosedLoopPacer:
         cannot flood the queue, and the queue stays bounded."""
         return max(1, round(self.target * self._max_num_seqs)) + 1
 
+    @property
+    def floor(self) -> int:
+        """Under continuous batching, while fewer than this many requests are in the system each one that
+        leaves is replaced at once: the rate's window lags a host that just got faster, the slots need not."""
+        return max(1, round(FLOOR * self._max_num_seqs))
+
     def _gated(self) -> bool:
         return not self._wave_left and not self.held and self._in_system >= self.gate
 
@@ -112,7 +119,8 @@ class ClosedLoopPacer:
             self._trace_t = self._pending[0].arrival_s
         # until a rate is measured (the first wave's worth of completions), each request that leaves is
         # replaced at once (the gate still holds): the slots stay as full as the first wave left them
-        refill = self._rate is None and bool(self._completions) and not self.held
+        # and below the floor (the host just got faster, the rate still reads the slow past) likewise
+        refill = (self._rate is None or self._in_system < self.floor) and bool(self._completions) and not self.held
         due = []
         while self._pending and (refill or self._pending[0].arrival_s <= self._trace_t) and not self._gated():
             self._trace_t = max(self._trace_t, self._pending[0].arrival_s)
