@@ -100,3 +100,20 @@ def test_why_unavailable_says_a_background_build_is_running(monkeypatch):
 def _no_background_build_left():
     yield
     cpu_kernels.stop_background()
+
+
+def test_the_build_ahead_command_finds_a_built_library_and_says_where(tmp_path, monkeypatch):
+    """README: `python -m batchtop.gpu_kernels.build_cpu_kernels` right after installing; here on a
+    directory already marked built, so nothing compiles."""
+    import subprocess
+    import sys
+
+    from batchtop.gpu_kernels.cpu_kernel_build import MARKER, library_path
+    directory = tmp_path / "kernels"
+    directory.mkdir()
+    library_path(directory).write_bytes(b"")
+    (directory / MARKER).write_text("x\n")
+    done = subprocess.run([sys.executable, "-m", "batchtop.gpu_kernels.build_cpu_kernels", str(directory)],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and done.stdout.strip() == str(library_path(directory))
+    assert "RuntimeWarning" not in done.stderr
