@@ -12,57 +12,163 @@
   weight packed by halves gives silu(gate) * up straight from the GEMM (silu_mul_linear_bf16).
 - decoder_layer_bf16 (decoder_layer_cpu.cpp): a whole decoder layer in one call over those kernels,
   bitwise what llama.DecoderLayer computes on them, without a Python call and allocation per op.
-bench/cpu_kernels.py measures each against the torch ops it replaces. The build uses torch's
-cpp_extension (a C++ compiler and ninja) and is cached under torch's extensions directory; where it
-cannot be built, or with BATCHTOP_CPU_KERNEL=0, the torch code runs and `why_unavailable()` says why.
+bench/cpu_kernels.py measures each against the torch ops it replaces. The build (cpu_kernel_build.py:
+torch's cpp_extension, a C++ compiler and ninja, in a child process) is cached under torch's extensions
+directory, keyed by the sources and versions. The dashboard builds them in the background while the
+torch ops run and switches them in between two steps (`switch_in`); anything else that asks whether
+they are `available()` first builds them in the foreground, its progress on stderr. Where they cannot
+be built, or with BATCHTOP_CPU_KERNEL=0, the torch code runs and `why_unavailable()` says why.
 """
 
 from __future__ import annotations
 
-import functools
 import os
 import sys
-from pathlib import Path
+import threading
+from collections.abc import Callable
 
 import torch
 
-SOURCES = [Path(__file__).with_name("csrc") / name
-           for name in ("paged_attention_cpu.cpp", "fused_ops_cpu.cpp", "sampling_cpu.cpp", "linear_bf16_cpu.cpp",
-                        "decoder_layer_cpu.cpp")]
+from batchtop.gpu_kernels.cpu_kernel_build import (SOURCES, BuildState, ChildBuild, build_dir, is_built,
+                                                   library_path)
+
 NAME = "batchtop_cpu_kernels"
 DTYPES = (torch.float32, torch.bfloat16)
+OPS = ("paged_attention", "rope", "sample", "linear_bf16", "decoder_layer_bf16")
 _why: list[str] = []
+_lock = threading.Lock()
+_active = False  # loaded into this process and in use
+_tried = False  # a foreground build or load has been attempted (and failed, if not _active)
+_background: ChildBuild | None = None
+_generation = 0  # bumped when the kernels come in: anything that cached a choice of path looks again
 
 
-@functools.cache
-def _load() -> bool:
+def _disabled() -> bool:
     if os.environ.get("BATCHTOP_CPU_KERNEL", "1") == "0":
         _why.append("turned off by BATCHTOP_CPU_KERNEL=0")
-        return False
-    try:
-        from torch.utils import cpp_extension
+        return True
+    return False
 
-        try:  # a private helper of torch's: if it moves, the message is simply always printed
-            fresh = not any(Path(cpp_extension._get_build_directory(NAME, verbose=False)).glob("*.so"))
-        except Exception:
-            fresh = True
-        if fresh:
-            print("batchtop: building the CPU kernels (once per machine, about a minute)...", file=sys.stderr)
-        cpp_extension.load(NAME, [str(s) for s in SOURCES], is_python_module=False,
-                           extra_cflags=["-O3", "-march=native", "-fopenmp"], extra_ldflags=["-fopenmp"])
-        return all(hasattr(torch.ops.batchtop_cpu, op) for op in ("paged_attention", "rope", "sample", "linear_bf16",
-                                                                   "decoder_layer_bf16"))
-    except Exception as exc:  # no compiler, no ninja, an unsupported CPU: the reference still works
+
+def _activate(directory) -> bool:
+    """Load the built library into this process; True when every op registered."""
+    global _active, _generation
+    try:
+        torch.ops.load_library(str(library_path(directory)))
+    except Exception as exc:  # a library built for another CPU, a broken file
         _why.append(f"{type(exc).__name__}: {str(exc).strip().splitlines()[-1] if str(exc).strip() else ''}")
         return False
+    if not all(hasattr(torch.ops.batchtop_cpu, op) for op in OPS):
+        _why.append(f"{library_path(directory)} lacks some of its ops")
+        return False
+    _active = True
+    _generation += 1
+    return True
+
+
+def _stderr_progress(state: BuildState) -> None:
+    if state.phase == "waiting":
+        line = "building the CPU kernels (once per machine and version, about a minute on 2 cores)..."
+    elif state.phase == "building":
+        line = f"CPU kernels: {state.done}/{state.total} compiled and linked, {state.seconds:.0f} s"
+    else:
+        line = f"CPU kernels {state.describe()}"
+    print(f"batchtop: {line}", file=sys.stderr, flush=True)
+
+
+def _load_blocking() -> bool:
+    """The foreground path: build (or find) the library and load it, progress on stderr."""
+    global _tried
+    with _lock:
+        if _active or _tried:
+            return _active
+        _tried = True
+        if _disabled():
+            return False
+        directory = build_dir()
+        if not is_built(directory):
+            _stderr_progress(BuildState("waiting"))
+            state = ChildBuild(directory, on_change=_stderr_progress).start().wait()
+            if state.phase != "built":
+                _why.append(state.why or state.phase)
+                return False
+        return _activate(directory)
+
+
+def start_background(on_change: Callable[[BuildState], None] | None = None) -> BuildState | None:
+    """Make the kernels ready without waiting for them: load them now when they are built (under a
+    second), else build them in a child process while the torch ops run; `switch_in` brings them in
+    between two steps. Returns the build's first state, None when nothing is left to build."""
+    global _background, _tried
+    with _lock:
+        if _active or _tried or _background is not None:
+            return None
+        if _disabled():
+            _tried = True
+            return None
+        directory = build_dir()
+        if is_built(directory):
+            _tried = True
+            _activate(directory)
+            return None
+        _background = ChildBuild(directory, on_change=on_change).start()
+        return _background.state
+
+
+def background_state() -> BuildState | None:
+    """The background build's state (None: none was started)."""
+    return _background.state if _background is not None else None
+
+
+def switch_in() -> bool:
+    """Between two steps, on the thread that runs them: bring a finished background build in; True when
+    the kernels became active now (cached choices of path must be made again: see `generation`)."""
+    global _background, _tried
+    build = _background
+    if _active or build is None or not build.finished.is_set():
+        return False
+    with _lock:
+        _background, _tried = None, True
+        if build.state.phase != "built":
+            _why.append(build.state.why or build.state.phase)
+            return False
+        return _activate(build.directory)
+
+
+def stop_background() -> None:
+    """The process is leaving: stop a build still running (its lock is released with it)."""
+    if _background is not None:
+        _background.stop()
+
+
+def active() -> bool:
+    """Whether the kernels run now; never builds (a UI thread may ask)."""
+    return _active
+
+
+def generation() -> int:
+    return _generation
 
 
 def available() -> bool:
-    return _load()
+    """Whether the kernels run now. While a background build runs, False (the torch ops run); with none
+    started, the first call builds them in the foreground."""
+    if _active:
+        return True
+    if _background is not None or _tried:
+        return False
+    return _load_blocking()
 
 
 def why_unavailable() -> str | None:
-    return None if available() else _why[-1] if _why else "not built"
+    if _active:
+        return None
+    state = background_state()
+    if state is not None and state.phase != "failed":
+        return f"{state.describe()} in the background; the torch ops run meanwhile"
+    if not available():
+        return _why[-1] if _why else "not built"
+    return None
 
 
 def usable(dtype: torch.dtype, head_dim: int) -> bool:

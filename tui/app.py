@@ -171,8 +171,9 @@ class BatchtopApp(App[int]):
         state = getattr(frame, "state", None)
         force = force or state != self._shown_state
         now = time.monotonic()
-        if not force and (frame is self._shown or (state in ("running", "replay")
-                                                     and now - self._last_paint < PAINT_INTERVAL_S)):
+        # while it loads, the frame stays the same but the status line counts the seconds: repaint it too
+        if not force and ((frame is self._shown and state != "loading") or (state in ("running", "replay", "loading")
+                                                                             and now - self._last_paint < PAINT_INTERVAL_S)):
             return
         self._shown, self._shown_state, self._last_paint = frame, state, now
         self.view.show(frame, force)

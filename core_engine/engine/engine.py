@@ -6,24 +6,26 @@ Thread model: one thread owns the engine and calls step(); any thread may call s
 
 from __future__ import annotations
 
+import heapq
 import queue
 import time
 from collections.abc import Callable, Iterable
 
 from batchtop.core_engine.engine import control
 from batchtop.core_engine.config import MODES, EngineConfig, max_num_seqs_cap
-from batchtop.core_engine.engine.arrivals import ArrivalQueue
+from batchtop.core_engine.engine.arrivals import ArrivalQueue, TimedFeed, WorkloadFeed
 from batchtop.core_engine.engine.validation import validate_max_num_seqs, validate_request
 from batchtop.core_engine.errors import InvalidRequest
 from batchtop.core_engine.sched.kv_cache import BlockAllocator, BlockManager
 from batchtop.core_engine.sched.request import FinishReason, Request, Sequence
 from batchtop.core_engine.model.cost import Chunk, step_cost
+from batchtop.core_engine.worker.kernel_switch import switch_in_built_kernels
 from batchtop.core_engine.worker.model_runner import ModelRunner
 from batchtop.core_engine.sched import Scheduler, SchedulerOutput, make_policy
 from batchtop.core_engine.engine.step_runner import StepRunner
 from batchtop.core_engine.engine.snapshot import Counters, FinishedRequest, StepSnapshot, WaitingView
 from batchtop.core_engine.model.cost import StepCost
-from batchtop.core_engine.engine.snapshot_builder import StepEvents, StepTimes, build_snapshot, slot_occupants
+from batchtop.core_engine.engine.snapshot_builder import StepEvents, StepTimes, build_snapshot, settle, slot_occupants
 
 class Engine:
     def __init__(self, config: EngineConfig, runner: StepRunner | None = None,
@@ -37,14 +39,14 @@ class Engine:
         self._clock = clock
         self._eos_ids = frozenset(config.model.eos_token_ids)  # empty for the random presets
         self._controls: queue.SimpleQueue[control.Command] = queue.SimpleQueue()
-        self._workload: tuple[Request, ...] = ()
+        self.feed: WorkloadFeed = TimedFeed()  # when the workload's requests arrive (a pacer may replace it)
         self.latest: StepSnapshot | None = None
         self._start_run()
 
     # -- run state ------------------------------------------------------------------------------
     def _start_run(self) -> None:
         self._t0: float | None = None  # the run's clock starts at its first step, not when it was built
-        self._arrivals = ArrivalQueue()
+        self._arrivals = ArrivalQueue()  # bursts and served requests; the workload's come from the feed
         self._next_index = 0
         self._known_ids: set[str] = set()
         self._live: dict[str, Sequence] = {}
@@ -52,7 +54,7 @@ class Engine:
         self.step_rejections: list[tuple[str, str]] = []  # events since the last snapshot, taken by it
         self.step_arrivals: list[WaitingView] = []
         self.step_controls: list[tuple[str, object]] = []
-        self._arrivals.push(self._workload, 0.0)
+        self.feed.restart()
 
     @property
     def clock(self) -> Callable[[], float]:
@@ -76,10 +78,12 @@ class Engine:
         return max_num_seqs_cap(self.config.max_num_batched_tokens)
 
     def load_workload(self, requests: Iterable[Request]) -> None:
-        """Requests arrive at their arrival_s; Reset replays the same list from the start."""
-        requests = tuple(requests)
-        self._workload += requests
-        self._arrivals.push(requests, 0.0)
+        """Requests arrive at their arrival_s (as the feed plays them); Reset replays the same list from the start."""
+        self.feed.load(tuple(requests))
+
+    def use_feed(self, feed: WorkloadFeed) -> None:
+        """Play the workload through `feed` (before it is loaded): a pacer instead of its own times."""
+        self.feed = feed
 
     # -- requests -------------------------------------------------------------------------------
     def add_request(self, request: Request, arrival_s: float | None = None) -> Sequence:
@@ -96,7 +100,9 @@ class Engine:
         return seq
 
     def _admit_arrivals(self) -> None:
-        for arrival, request in self._arrivals.pop_due(self.now()):
+        now = self.now()
+        due = heapq.merge(self._arrivals.pop_due(now), self.feed.pop_due(now), key=lambda item: item[0])
+        for arrival, request in due:
             try:
                 self.add_request(request, arrival_s=arrival)
             except InvalidRequest as exc:  # refused alone; everyone else is still served
@@ -150,7 +156,7 @@ class Engine:
                 self._live.pop(seq.id, None)
                 self.runner.sampler.forget(seq)
             # an abort right after its AddRequests finds the request still in the arrival queue
-            if seq is not None or self._arrivals.remove(cmd.request_id):
+            if seq is not None or self._arrivals.remove(cmd.request_id) or self.feed.remove(cmd.request_id):
                 self.step_controls.append(("abort", cmd.request_id))
         elif isinstance(cmd, control.Reset):
             self.reset()
@@ -165,17 +171,21 @@ class Engine:
 
     # -- the step -------------------------------------------------------------------------------
     def is_done(self) -> bool:
-        return not self._arrivals and not self.scheduler.has_unfinished() and self._controls.empty()
+        return (not self._arrivals and not len(self.feed) and not self.scheduler.has_unfinished()
+                and self._controls.empty())
 
     def seconds_until_next_arrival(self) -> float | None:
-        arrival = self._arrivals.next_arrival()
-        return None if arrival is None else max(0.0, arrival - self.now())
+        now = self.now()
+        arrivals = [a for a in (self._arrivals.next_arrival(), self.feed.next_arrival(now)) if a is not None]
+        return max(0.0, min(arrivals) - now) if arrivals else None
 
     def step(self) -> StepSnapshot:
         """Run one forward step. When there is nothing to run (idle until the next arrival) the
         snapshot is a view between steps: `is_step` is False and it carries only what changed."""
         t_start = self._clock()
         self.apply_pending()  # may hold a Reset, which restarts the run clock
+        if switch_in_built_kernels(self.runner):  # built in the background: from this step on (see the trace)
+            self.step_controls.append(("cpu_kernels", "in"))
         if self._t0 is None:
             self._t0 = t_start
         self._admit_arrivals()
@@ -200,9 +210,12 @@ class Engine:
         finished = self._postprocess(plan, sampled)
         t_end = self._clock()
         times = StepTimes(t_end - t_start, t_sched - t_start, t_prep - t_sched, t_fwd - t_prep)
-        return self._publish(plan, finished, step=self.counters.steps, t=t_end - self._t0, times=times,
-                             cost=cost, decode_cost=decode_cost, occupants=occupants, num_prefill_tokens=num_prefill,
+        snap = self._publish(plan, finished, step=self.counters.steps, t=t_end - self._t0, times=times,
+                             cost=cost, decode_cost=decode_cost, occupants=settle(occupants),
+                             num_prefill_tokens=num_prefill,
                              new_tokens=tuple((seq.id, token) for seq, token in sampled))
+        self.feed.observe(snap)
+        return snap
 
     def _postprocess(self, plan: SchedulerOutput, sampled: list[tuple[Sequence, int]]) -> list[FinishedRequest]:
         now = self.now()
@@ -246,13 +259,14 @@ class Engine:
         events = StepEvents(tuple(self.step_arrivals), tuple(self.step_rejections), tuple(self.step_controls))
         self.step_arrivals, self.step_rejections, self.step_controls = [], [], []
         snap = build_snapshot(self.scheduler, self.allocator, self.counters, events, plan, finished,
-                              num_pending_arrivals=len(self._arrivals), **fields)
+                              num_pending_arrivals=self.num_pending_arrivals, arrival_speed=self.feed.speed,
+                              **fields)
         self.latest = snap
         return snap
 
     @property
     def num_pending_arrivals(self) -> int:
-        return len(self._arrivals)
+        return len(self._arrivals) + len(self.feed)
 
 
 def plan_chunks(plan: SchedulerOutput) -> list[Chunk]:

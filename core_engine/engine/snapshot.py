@@ -26,13 +26,17 @@ class SlotState(str, enum.Enum):
 
 
 WORKING_PHASES = (Phase.PREFILL, Phase.DECODE)
+# a sequence in one of these phases still holds its slot and its KV blocks when the step is over
+HOLDING_PHASES = (Phase.PREFILL, Phase.DECODE, Phase.IDLE, Phase.PADDING)
 
 
-def slot_state(phase: Phase, slot: int, num_waiting: int, max_num_seqs: int) -> SlotState:
+def slot_state(phase: Phase, slot: int, num_waiting: int, max_num_seqs: int, sampled_last: bool = False) -> SlotState:
+    """What the slot did in the step. sampled_last: its sequence sampled its last token in this step, so
+    a FINISHED (or, in a static batch that goes on, PADDING) slot did useful work in it."""
     if phase in WORKING_PHASES:
         return SlotState.WORKING
-    if phase is Phase.PADDING:
-        return SlotState.PADDING
+    if phase in (Phase.PADDING, Phase.FINISHED):
+        return SlotState.WORKING if sampled_last else SlotState.PADDING
     return SlotState.BUBBLE if num_waiting > 0 and slot < max_num_seqs else SlotState.FREE
 
 
@@ -144,6 +148,9 @@ class StepSnapshot:
     # holders per KV block (2+: shared through the prefix cache), 0 free, -1 (kv_cache.CACHED) free but
     # holding a cached prefix (evictable); () when the engine runs without a prefix cache (or an old trace)
     block_refs: tuple[int, ...] = ()
+    # how many times as fast as recorded the workload's arrivals play (closed-loop pacing, run.pacing);
+    # None when they come at their own times
+    arrival_speed: float | None = None
 
     @property
     def num_tokens(self) -> int:
@@ -166,5 +173,14 @@ class StepSnapshot:
     def is_step(self) -> bool:
         return self.step > 0
 
+    @property
+    def num_running(self) -> int:
+        """Sequences that still hold a slot when the step is over and have work left (padding rows have none)."""
+        return sum(s.phase in (Phase.PREFILL, Phase.DECODE, Phase.IDLE) for s in self.slots)
+
     def slot_states(self) -> tuple[SlotState, ...]:
-        return tuple(slot_state(s.phase, s.slot, self.num_waiting, self.max_num_seqs) for s in self.slots)
+        """What each slot did in this step (metrics fold these): a sequence that sampled its last token
+        worked in it, though the frame shows it finished (or, static, as padding from now on)."""
+        last = {f.index for f in self.finished}
+        return tuple(slot_state(s.phase, s.slot, self.num_waiting, self.max_num_seqs, s.index in last)
+                     for s in self.slots)

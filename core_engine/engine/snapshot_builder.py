@@ -54,11 +54,25 @@ def slot_occupants(running: list[Sequence], plan: SchedulerOutput | None) -> lis
     return out
 
 
+def settle(occupants: list[Occupant]) -> list[Occupant]:
+    """The occupants as the step leaves them, so the slots describe the same moment as the block map
+    (taken after postprocess): a sequence released in this step (finished, or its static batch over)
+    is FINISHED, its KV already free; a static member that finished but still holds its slot is PADDING."""
+    out = []
+    for slot, seq, phase, pad in occupants:
+        if seq.slot is None:
+            phase = Phase.FINISHED
+        elif seq.padding:
+            phase = Phase.PADDING
+        out.append((slot, seq, phase, pad))
+    return out
+
+
 def build_snapshot(sched: Scheduler, allocator: BlockAllocator, counters: Counters, events: StepEvents,
                    plan: SchedulerOutput, finished: list[FinishedRequest], *, step: int, t: float,
                    times: StepTimes, cost: StepCost, occupants: list[Occupant], num_pending_arrivals: int,
                    decode_cost: StepCost = StepCost(), num_prefill_tokens: int = 0,
-                   new_tokens: tuple[tuple[str, int], ...] = ()) -> StepSnapshot:
+                   new_tokens: tuple[tuple[str, int], ...] = (), arrival_speed: float | None = None) -> StepSnapshot:
     by_slot = {slot: (seq, phase, pad) for slot, seq, phase, pad in occupants}
     num_slots = max(sched.num_slots(), max(by_slot, default=-1) + 1)
     slots = []
@@ -80,9 +94,11 @@ def build_snapshot(sched: Scheduler, allocator: BlockAllocator, counters: Counte
         num_padding_tokens=len(plan.padding), num_prompt_padding_tokens=plan.num_prompt_padding,
         num_seqs=len(plan.scheduled) + len(plan.padding),
         slots=tuple(slots), block_owners=allocator.owners(), num_free_blocks=allocator.num_free_blocks,
-        waiting=waiting, num_waiting=len(sched.waiting), wait_reason=sched.wait_reason if sched.waiting else None,
+        waiting=waiting, num_waiting=len(sched.waiting),
+        wait_reason=sched.wait_reason.after_step(sum(s.phase is Phase.FINISHED for s in slots))
+        if sched.waiting and sched.wait_reason is not None else None,
         num_pending_arrivals=num_pending_arrivals, finished=tuple(finished),
         admitted=tuple(s.id for s in plan.admitted), preempted=tuple(s.id for s in plan.preempted),
         rejected=events.rejected, arrived=events.arrived, controls=events.controls, counters=counters, cost=cost,
-        decode_cost=decode_cost, new_tokens=new_tokens,
+        decode_cost=decode_cost, new_tokens=new_tokens, arrival_speed=arrival_speed,
         block_refs=allocator.block_refs() if allocator.cache is not None else ())

@@ -1,108 +1,213 @@
-"""Pace a trace's arrivals to the engine's measured capacity, so the default run keeps most slots busy.
+"""Closed-loop pacing of the bundled workload, so the default run keeps most slots busy on any machine,
+however its speed changes while it runs.
 
-The bundled trace was recorded on a GPU cluster; played at its own pace on a small CPU it either
-floods the engine or leaves most slots empty. Instead, a short closed-loop run measures the real
-engine at the target concurrency — `target` x max_num_seqs requests in flight, drawn from the
-workload itself, each replaced as it finishes, so its steps mix prefill chunks and decodes as the
-real run will. By Little's law, the arrival rate that keeps that many requests in the system is the
-rate at which that loop completes them:
+The bundled requests come with the arrival times of a GPU cluster's trace; played at their own pace a
+small CPU is flooded or left idle. Instead the run opens with a first wave that fills every slot, and
+then plays the trace's arrivals (their order and burstiness) on a clock that runs faster or slower so
+that, by Little's law, `target` x max_num_seqs requests stay in the system:
 
-    rate = (tokens generated per second in the loop) / (mean output tokens per request)
+    arrival rate = (completion rate over the last 10 s, or 4 per slot) x target/occupancy x trim
 
-and the trace is played at that rate. Static batching gets about a third of that throughput here, so
-pressing `s` visibly grows the queue. A what-if run paces the same way against its simulated device:
-the loop then runs on the engine's virtual clock, so its steps are modelled, not timed.
+(target/occupancy bounded to 0.5-2) where the trim integrates how far the occupancy is from the target (up while short, down above it),
+all measured from the run itself, every step: a busy neighbour that halves the engine's speed halves the
+completion rate and the arrivals with it. Above the target the trace's clock stops (`gate`): early
+on the short answers finish first and the rate reads high, and a trace's bursts come at once; neither
+may build a queue. Nothing is probed before the run starts. The controller learns only under continuous batching: under
+static batching it holds the pace it had, so static's lower throughput shows as a growing queue, as
+the teaching text says it should. A recording keeps the real arrival times; each step's pace travels
+in its snapshot (`arrival_speed`), and `describe()` says how the run was paced.
 """
 
 from __future__ import annotations
 
 import math
-import statistics
-from dataclasses import dataclass, replace
+from collections import deque
 
-from batchtop.core_engine.engine.engine import Engine
-from batchtop.core_engine.sched.request import Request, SamplingParams
-from batchtop.core_engine.workload.raw import MAX_ARRIVAL_S
-from batchtop.core_engine.simulate.clock import VirtualClock
+from batchtop.core_engine.engine.snapshot import StepSnapshot
+from batchtop.core_engine.sched.request import Request
 
 TARGET_SLOT_UTILIZATION = 0.8
-PROBE_BUDGET_S = 6.0  # the most step time the probe may take (a slow device measures less)
+WINDOW_S = 10.0  # completions over this long measure the completion rate...
+MIN_COMPLETIONS = 6  # ...or over as long as it took for this many, whichever is longer...
+WINDOW_COMPLETIONS_PER_SLOT = 4  # ...but no more than this many per slot (a fast engine follows a change soon)
+OCCUPANCY_S = 2.0  # the occupancy the correction reads is its mean over this long
+SMOOTHING_S = 3.0  # time constant of the arrival rate's changes
+MAX_GAIN, MIN_GAIN = 2.0, 0.5  # the occupancy gain's and trim's bounds (the gate stops arrivals above target)
+TRIM_S = 4.0  # how fast the trim moves: e-fold in this long at 100% short of the target
+FLOOR = 0.5  # share of the slots below which requests that leave are replaced at once
+MAX_GAP_S = 1.0  # a longer gap between two looks (a pause) moves the trace clock this far only
 
 
-@dataclass(frozen=True, slots=True)
-class Pace:
-    time_scale: float  # multiplies the trace's arrival times
-    target: float  # share of slots meant to be busy
-    concurrency: int  # requests kept in flight while measuring
-    tokens_per_s: float  # generated at that concurrency, measured
-    steps: int
-    basis: str = "measured"  # or "simulated": the loop ran on a what-if engine's virtual clock
+class ClosedLoopPacer:
+    """A WorkloadFeed (engine.arrivals) that plays its requests at the rate the run completes them."""
 
+    def __init__(self, target: float = TARGET_SLOT_UTILIZATION, first_wave: int = 16) -> None:
+        self.target = target
+        self.first_wave = first_wave  # requests that arrive at once when the run starts (max_num_seqs)
+        self._loaded: list[Request] = []
+        self._trace_rate = 0.0  # the recording's mean arrivals per second
+        self._rate: float | None = None  # the arrivals per second now; None until measured
+        self._trim = 1.0  # the occupancy correction on the completion rate
+        self._completions: deque[tuple[float, int]] = deque()  # (run time, completed so far)
+        self._occupancy: deque[tuple[float, int]] = deque()  # (run time, requests in the system)
+        self._speed_time = self._speed_sum = 0.0
+        self._speed_min = self._speed_max = None
+        self.held = False  # static batching: the pace is held, not learned
+        self.restart()
+
+    # -- the workload ------------------------------------------------------------------------------
+    def load(self, requests: tuple[Request, ...]) -> None:
+        self._loaded = sorted((*self._loaded, *requests), key=lambda r: r.arrival_s)
+        if len(self._loaded) > 1:
+            span = self._loaded[-1].arrival_s - self._loaded[0].arrival_s
+            self._trace_rate = (len(self._loaded) - 1) / span if span > 0 else 0.0
+        self.restart()
+
+    def restart(self) -> None:
+        self._pending = deque(self._loaded)
+        wave = self._loaded[:self.first_wave]
+        self._trace_t = wave[-1].arrival_s if wave else 0.0  # the first wave is due at once...
+        self._wave_left = len(wave)  # ...and comes whole, through the gate
+        self._last_now: float | None = None
+        self._in_system = 0
+        self._max_num_seqs = self.first_wave
+        self._completions.clear()
+        self._occupancy.clear()
+
+    def __len__(self) -> int:
+        return len(self._pending)
+
+    def remove(self, request_id: str) -> bool:
+        kept = deque(r for r in self._pending if r.id != request_id)
+        removed = len(kept) != len(self._pending)
+        self._pending = kept
+        return removed
+
+    # -- arrivals ------------------------------------------------------------------------------------
     @property
     def speed(self) -> float:
-        """How much faster than recorded the trace plays."""
-        return 1.0 / self.time_scale
+        """How many times as fast as recorded the trace plays now (0 until the first completions)."""
+        if not self._rate or not self._trace_rate:
+            return 0.0
+        return self._rate / self._trace_rate
 
+    @property
+    def gate(self) -> int:
+        """Under continuous batching nothing arrives while this many requests are in the system: the
+        trace's clock stops, so a completion rate measured high (early on, the short answers finish first)
+        cannot flood the queue, and the queue stays bounded."""
+        return max(1, round(self.target * self._max_num_seqs)) + 1
+
+    @property
+    def floor(self) -> int:
+        """Under continuous batching, while fewer than this many requests are in the system each one that
+        leaves is replaced at once: the rate's window lags a host that just got faster, the slots need not."""
+        return max(1, round(FLOOR * self._max_num_seqs))
+
+    def _gated(self) -> bool:
+        return not self._wave_left and not self.held and self._in_system >= self.gate
+
+    def pop_due(self, now: float) -> list[tuple[float, Request]]:
+        gap = 0.0 if self._last_now is None else min(max(0.0, now - self._last_now), MAX_GAP_S)
+        self._last_now = now
+        speed = self.speed
+        if self._gated():
+            return []
+        self._trace_t += gap * speed
+        if self._pending and self._in_system == 0 and self._pending[0].arrival_s > self._trace_t \
+                and self._completions:  # nothing to wait for: the next request comes now
+            self._trace_t = self._pending[0].arrival_s
+        # until a rate is measured (the first wave's worth of completions), each request that leaves is
+        # replaced at once (the gate still holds): the slots stay as full as the first wave left them
+        # and below the floor (the host just got faster, the rate still reads the slow past) likewise
+        refill = (self._rate is None or self._in_system < self.floor) and bool(self._completions) and not self.held
+        due = []
+        while self._pending and (refill or self._pending[0].arrival_s <= self._trace_t) and not self._gated():
+            self._trace_t = max(self._trace_t, self._pending[0].arrival_s)
+            request = self._pending.popleft()
+            self._wave_left = max(0, self._wave_left - 1)
+            late = (self._trace_t - request.arrival_s) / speed if speed > 0 else 0.0
+            due.append((max(now - gap, now - late), request))  # when it arrived, within this gap
+            self._in_system += 1
+        return due
+
+    def next_arrival(self, now: float) -> float | None:
+        if not self._pending:
+            return None
+        if self._in_system == 0 and self._completions:
+            return now
+        speed = self.speed
+        if speed <= 0 or self._gated():
+            return None  # nothing is scheduled until the first completions, or while the gate is shut
+        return now + max(0.0, self._pending[0].arrival_s - self._trace_t) / speed
+
+    # -- the controller --------------------------------------------------------------------------------
+    def observe(self, snap: StepSnapshot) -> None:
+        if not snap.is_step:
+            return
+        t = snap.t
+        self._in_system = snap.num_running + snap.num_waiting
+        self._max_num_seqs = snap.max_num_seqs
+        self._completions.append((t, snap.counters.completed))
+        self._occupancy.append((t, self._in_system))
+        done = snap.counters.completed
+        most = WINDOW_COMPLETIONS_PER_SLOT * snap.max_num_seqs
+        while len(self._completions) > 2 and done - self._completions[1][1] >= MIN_COMPLETIONS \
+                and (t - self._completions[1][0] >= WINDOW_S or done - self._completions[1][1] >= most):
+            self._completions.popleft()
+        while len(self._occupancy) > 1 and t - self._occupancy[0][0] > OCCUPANCY_S:
+            self._occupancy.popleft()
+        self.held = snap.mode != "continuous" and self._rate is not None  # nothing to hold yet: learn
+        if not self.held:
+            self._learn(snap, t)
+        self._note_speed(snap.step_time_s)
+
+    def _learn(self, snap: StepSnapshot, t: float) -> None:
+        (t0, done0), (t1, done1) = self._completions[0], self._completions[-1]
+        if done1 - done0 < 2 or t1 <= t0:
+            return
+        if self._rate is None and done1 < self.first_wave:  # still refilling: the slots turn over once
+            return                                         # at full occupancy, a measure of capacity
+        completion_rate = (done1 - done0) / (t1 - t0)
+        occupancy = sum(n for _, n in self._occupancy) / len(self._occupancy)
+        wanted = self.target * snap.max_num_seqs
+        # integral action: the trim grows while occupancy is short of the target and shrinks above it,
+        # so the pace settles at the target whatever the requests' lengths and the host's speed
+        # in a closed loop the completion rate follows the arrivals: short of the target it reads the pace,
+        # not the capacity. Scaled by target/occupancy (Little's law, bounded) it estimates the capacity...
+        gain = min(MAX_GAIN, max(MIN_GAIN, wanted / max(occupancy, 0.5)))
+        # ...and an integral trim removes what is left: it grows while occupancy is short of the target and
+        # shrinks above it, so the pace settles at the target whatever the lengths and the host's speed
+        error = (wanted - occupancy) / max(wanted, 1.0)
+        self._trim = min(MAX_GAIN, max(MIN_GAIN, self._trim * math.exp(error * snap.step_time_s / TRIM_S)))
+        rate = completion_rate * gain * self._trim
+        if self._rate is None:
+            self._rate = rate
+        else:
+            self._rate += (rate - self._rate) * min(1.0, snap.step_time_s / SMOOTHING_S)
+
+    def _note_speed(self, seconds: float) -> None:
+        speed = self.speed
+        if speed <= 0:
+            return
+        self._speed_time += seconds
+        self._speed_sum += speed * seconds
+        self._speed_min = speed if self._speed_min is None else min(self._speed_min, speed)
+        self._speed_max = speed if self._speed_max is None else max(self._speed_max, speed)
+
+    # -- what it says ------------------------------------------------------------------------------------
     def describe(self) -> str:
-        return (f"trace at {self.speed:.2g}x its recorded pace, for ~{100 * self.target:.0f}% busy slots "
-                f"({self.tokens_per_s:.0f} tok/s {self.basis} with {self.concurrency} requests in flight, "
-                f"{self.steps} steps)")
+        """How the run is (or was) paced, for the metrics JSON and the trace header."""
+        wave = min(self.first_wave, len(self._loaded)) if self._loaded else self.first_wave
+        text = (f"closed loop: a first wave of {wave} requests, then the "
+                f"trace's arrivals at the measured completion rate, for ~{100 * self.target:.0f}% busy slots "
+                "under continuous batching (held under static)")
+        if self._speed_time > 0:
+            text += (f"; played at {self._speed_min:.2g}-{self._speed_max:.2g}x its recorded pace "
+                     f"(mean {self._speed_sum / self._speed_time:.2g}x)")
+        return text
 
-
-def measure_throughput(engine: Engine, requests: list[Request], concurrency: int,
-                       budget_s: float = PROBE_BUDGET_S) -> tuple[float, int]:
-    """(generated tokens per second of step time, steps measured) of a closed loop at `concurrency`
-    in its steady state, on a scratch engine sharing the model; it leaves nothing behind in `engine`.
-
-    Every probe request has the workload's mean prompt and output lengths, and the first wave's
-    outputs are staggered (1/N, 2/N, ... of the mean), so slots free up evenly from the start, as
-    they do in a long run, instead of all at once: a step then carries about `concurrency` decodes
-    plus the prefill of the requests refilling freed slots, the mix the real run will see."""
-    prompt_len = max(1, round(statistics.fmean(r.prompt_len for r in requests)))
-    output_len = max(2, round(statistics.fmean(r.max_tokens for r in requests)))
-    ids = [t for r in requests for t in r.prompt_token_ids][:prompt_len]
-    prompt = tuple(ids * (prompt_len // len(ids) + 1))[:prompt_len]
-    first_wave = [max(1, round(output_len * (i + 1) / concurrency)) for i in range(concurrency)]
-    lengths = first_wave + [output_len] * (2 * concurrency)
-    # one prompt for every probe request: with a prefix cache they would all but skip their prefill
-    probe = Engine(engine.config.with_(mode="continuous", max_num_seqs=concurrency, enable_prefix_caching=False),
-                   runner=engine.runner, clock=engine.clock)
-    # the probe's lengths are its own: a real model's EOS must not end a probe request early
-    probe.load_workload([Request(f"pace{i}", prompt, n, sampling=SamplingParams(ignore_eos=True))
-                         for i, n in enumerate(lengths)])
-    first_ids = {f"pace{i}" for i in range(concurrency)}
-    started: set[str] = set()
-    busy, generated, steps, before = 0.0, 0, 0, 0
-    while not probe.is_done() and steps < output_len and busy < budget_s:
-        snap = probe.step()
-        tokens, before = snap.counters.generated_tokens - before, snap.counters.generated_tokens
-        if len(started) < concurrency:  # the first wave's own prefill, all at once, is no steady state:
-            started |= first_ids.intersection(rid for rid, _ in snap.new_tokens)  # wait for its last first token
-            continue
-        busy += snap.step_time_s
-        generated += tokens
-        steps += 1
-    return (generated / busy if busy else 0.0), steps
-
-
-def pace(engine: Engine, requests: list[Request], target: float = TARGET_SLOT_UTILIZATION) -> Pace | None:
-    """The time scale that keeps `target` of the slots busy; None when arrival times say nothing."""
-    arrivals = [r.arrival_s for r in requests]
-    span = max(arrivals) - min(arrivals)
-    if span <= 0 or len(requests) < 2:
-        return None
-    concurrency = max(1, min(len(requests), round(target * engine.config.max_num_seqs)))
-    tokens_per_s, steps = measure_throughput(engine, requests, concurrency)
-    if not 0 < tokens_per_s < math.inf:
-        return None
-    rate = tokens_per_s / statistics.fmean(r.max_tokens for r in requests)
-    recorded_rate = (len(requests) - 1) / span
-    time_scale = recorded_rate / rate
-    if not 0 < time_scale < math.inf or not max(arrivals) * time_scale <= MAX_ARRIVAL_S:
-        return None  # no pace this engine can keep: the trace plays at its recorded one
-    basis = "simulated" if isinstance(engine.clock, VirtualClock) else "measured"
-    return Pace(time_scale, target, concurrency, tokens_per_s, steps, basis)
-
-
-def paced(requests: list[Request], time_scale: float) -> list[Request]:
-    return [replace(r, arrival_s=r.arrival_s * time_scale) for r in requests]
+    def summary(self) -> dict:
+        mean = self._speed_sum / self._speed_time if self._speed_time else None
+        return {"kind": "closed-loop", "target_slot_utilization": self.target, "first_wave": self.first_wave,
+                "speed_mean": mean, "speed_min": self._speed_min, "speed_max": self._speed_max}

@@ -50,6 +50,9 @@ class Phase(str, enum.Enum):
     DECODE = "decode"
     PADDING = "padding"  # static batching: finished, but its row is still computed until the batch ends
     IDLE = "idle"  # holds a slot but got no tokens this step (token budget exhausted)
+    # left its slot at the end of this step, its KV blocks freed: it sampled its last token (continuous), or
+    # its static batch ended; the slot shows who left for this one step, then it is empty
+    FINISHED = "finished"
 
 
 class FinishReason(str, enum.Enum):

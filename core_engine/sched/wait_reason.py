@@ -22,6 +22,18 @@ class WaitReason:
     def text(self, width: int) -> str:
         return self.message if len(self.message) <= width else self.short
 
+    def after_step(self, freed_slots: int) -> WaitReason:
+        """The reason as the step leaves it: a slot reason decided at admission no longer holds once
+        sequences have left their slots at the end of the step (the snapshot's moment)."""
+        if not freed_slots or self.kind not in (WaitKind.SLOTS_FULL, WaitKind.STATIC_BATCH):
+            return self
+        if self.kind is WaitKind.STATIC_BATCH:
+            return WaitReason(self.kind, "static batch ended in this step: the next batch is admitted at the next step",
+                              "static batch ended: next batch next")
+        slots = f"{freed_slots} slot{'s' * (freed_slots != 1)}"
+        return WaitReason(self.kind, f"{self.message}; {slots} freed at the end of this step",
+                          f"{self.short}, {freed_slots} freed")
+
     @staticmethod
     def static_batch(size: int) -> WaitReason:
         return WaitReason(WaitKind.STATIC_BATCH,

@@ -11,7 +11,6 @@ from prometheus_client import (CollectorRegistry, Counter, Gauge, GCCollector, H
                                ProcessCollector, generate_latest)
 
 from batchtop.core_engine.config import MODES, EngineConfig
-from batchtop.core_engine.sched.request import Phase
 from batchtop.core_engine.engine.snapshot import Counters, StepSnapshot
 
 # vLLM 0.32's buckets (vllm/v1/metrics/loggers.py), so histograms merge with a vLLM fleet's
@@ -38,8 +37,8 @@ def request_token_buckets(max_model_len: int) -> tuple[int, ...]:
 
 
 def num_running(snap: StepSnapshot) -> int:
-    """Requests running once the step is over: its slots show who ran in it, finished ones included."""
-    return sum(s.phase not in (Phase.EMPTY, Phase.PADDING) for s in snap.slots) - len(snap.finished)
+    """Requests running once the step is over (the slots describe that moment: finished ones are FINISHED)."""
+    return snap.num_running
 
 
 class VllmMetrics:

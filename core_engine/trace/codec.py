@@ -6,6 +6,10 @@ happened between steps: a replay then ends at the same run time and counters as 
 Requests are named by their index; the arrival event carries the id and lengths once. Block
 ownership ("kv") and, with prefix caching, holders per block ("kv_refs") are run-length encoded and
 omitted when unchanged.
+
+A slot's phase is its state once the step is over ("f": released in it, its KV freed). A trace from
+before that field records what the slot did in the step instead; it is read into the same model
+(see `settled_phases`), so an old recording replays as a new one shows.
 """
 
 from __future__ import annotations
@@ -16,7 +20,7 @@ from batchtop.core_engine.engine.detokenizer import TextDelta
 from batchtop.core_engine.engine.snapshot import Counters, FinishedRequest, SlotView, StepSnapshot, WaitingView
 from batchtop.core_engine.model.cost import StepCost
 
-PHASE_CODE = {Phase.PREFILL: "p", Phase.DECODE: "d", Phase.PADDING: "x", Phase.IDLE: "i"}
+PHASE_CODE = {Phase.PREFILL: "p", Phase.DECODE: "d", Phase.PADDING: "x", Phase.IDLE: "i", Phase.FINISHED: "f"}
 CODE_PHASE = {v: k for k, v in PHASE_CODE.items()}
 COUNTER_FIELDS = Counters.__slots__
 COST_FIELDS = StepCost.__slots__
@@ -89,6 +93,8 @@ class SnapshotEncoder:
         }
         if snap.num_prefill_tokens and snap.decode_cost.bytes > 0:  # decode rows beside a prompt chunk
             event["decode_cost"] = [getattr(snap.decode_cost, k) for k in COST_FIELDS]
+        if snap.arrival_speed is not None:  # closed-loop pacing: the pace this step's arrivals came at
+            event["pace"] = snap.arrival_speed
         if snap.wait_reason is not None:
             r = snap.wait_reason
             event["wait"] = [r.kind.value, r.message, r.short]
@@ -99,6 +105,25 @@ class SnapshotEncoder:
             event["kv_refs"] = run_length(snap.block_refs)
             self._refs = snap.block_refs
         return event
+
+
+def settled_phases(cells: list, finished: set[int], mode: str) -> list[Phase]:
+    """Each recorded slot's phase once its step is over. A trace written before the FINISHED phase shows
+    a sequence that finished in the step as decoding ("d"); this reads it as the engine now reports it:
+    released (FINISHED) under continuous batching, or when its static batch ends with it (every member
+    then released, padding rows too); otherwise a static member that finished stays on as PADDING. A
+    newer trace never records a finished sequence as working, so nothing changes for it."""
+    phases = [Phase.EMPTY if cell == 0 else CODE_PHASE[cell[1]] for cell in cells]
+    ended = [i for i, (cell, p) in enumerate(zip(cells, phases))
+             if p in (Phase.PREFILL, Phase.DECODE) and cell[0] in finished]
+    if not ended:
+        return phases
+    if mode != "static":
+        return [Phase.FINISHED if i in ended else p for i, p in enumerate(phases)]
+    batch_over = all(p in (Phase.EMPTY, Phase.PADDING, Phase.FINISHED) or i in ended for i, p in enumerate(phases))
+    if batch_over:
+        return [Phase.EMPTY if p is Phase.EMPTY else Phase.FINISHED for p in phases]
+    return [Phase.PADDING if i in ended else p for i, p in enumerate(phases)]
 
 
 def _slot_cell(s: SlotView) -> list:
@@ -157,14 +182,15 @@ class SnapshotDecoder:
         if "kv_refs" in e:
             self._refs = expand(e["kv_refs"], self.max_blocks)
         slots = []
-        for i, cell in enumerate(e["slots"]):
+        phases = settled_phases(e["slots"], {f.index for f in self._pending["finished"]}, e["mode"])
+        for i, (cell, phase) in enumerate(zip(e["slots"], phases)):
             if cell == 0:
                 slots.append(SlotView(i, Phase.EMPTY))
                 continue
             index, code, computed, generated, *extra = cell
             pad, cached = (extra + [0, 0])[:2]
             r = self._request(index)
-            slots.append(SlotView(i, CODE_PHASE[code], r.request_id, index, r.prompt_len, computed, generated,
+            slots.append(SlotView(i, phase, r.request_id, index, r.prompt_len, computed, generated,
                                   r.max_tokens, pad, cached))
         waiting = []
         for index, preemptions in zip(e["waiting"][::2], e["waiting"][1::2]):
@@ -191,5 +217,5 @@ class SnapshotDecoder:
             num_pending_arrivals=e["pending"], finished=tuple(pending["finished"]),
             admitted=tuple(e["admitted"]), preempted=tuple(e["preempted"]), rejected=tuple(pending["rejected"]),
             counters=Counters(*e["counters"]), cost=cost, decode_cost=decode_cost, arrived=tuple(pending["arrived"]),
-            controls=tuple(pending["controls"]))
+            controls=tuple(pending["controls"]), arrival_speed=e.get("pace"))
 

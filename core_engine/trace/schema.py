@@ -95,8 +95,8 @@ def _slot(v: object) -> str | None:
         return None
     if not isinstance(v, list) or len(v) not in (4, 5, 6):
         return f"must be 0 or [index, phase, computed, generated(, padding(, cached))], got {v!r}"
-    if v[1] not in ("p", "d", "x", "i"):
-        return f"phase must be one of p, d, x, i, got {v[1]!r}"
+    if v[1] not in ("p", "d", "x", "i", "f"):
+        return f"phase must be one of p, d, x, i, f, got {v[1]!r}"
     if not all(_is_int(x) and x >= 0 for i, x in enumerate(v) if i != 1):
         return f"must hold integers >= 0 beside its phase, got {v!r}"
     return None
@@ -133,7 +133,7 @@ STEP_FIELDS: dict[str, Check] = {
     "counters": list_of(_COUNT, lengths=COUNTER_LENGTHS),
     "cost": list_of(_WORK, lengths=(len(StepCost.__slots__),)),
 }
-OPTIONAL_STEP_FIELDS: dict[str, Check] = {"wait": optional(_wait), "kv": _runs, "kv_refs": _runs,
+OPTIONAL_STEP_FIELDS: dict[str, Check] = {"wait": optional(_wait), "kv": _runs, "kv_refs": _runs, "pace": _TIME,
                                           "decode_cost": list_of(_WORK, lengths=(len(StepCost.__slots__),))}
 FINISH_TYPES: dict[str, Check] = {
     "request_id": text, "index": _COUNT, "prompt_len": _COUNT, "num_generated": _COUNT, "arrival_s": _TIME,

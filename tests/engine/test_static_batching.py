@@ -63,7 +63,10 @@ def test_finished_rows_are_computed_every_step_whatever_the_token_budget():
     _, snaps, metrics = run_all(engine, reqs)
     assert len(snaps) == 6
     assert [s.num_padding_tokens for s in snaps] == [0, 2, 2, 2, 2, 2]
-    assert [sum(v.phase is Phase.PADDING for v in s.slots) for s in snaps] == [0, 2, 2, 2, 2, 2]
+    # the slots as each step leaves them: a and b finish in the prefill and stay on as padding; the batch
+    # ends with c's last token and all three are released (finished) in that step
+    assert [sum(v.phase is Phase.PADDING for v in s.slots) for s in snaps] == [2, 2, 2, 2, 2, 0]
+    assert [v.phase for v in snaps[-1].slots] == [Phase.FINISHED] * 3
     summary = metrics.summary({})
     computed = summary["tokens"]["computed"]
     assert computed == 12 + 5 + 10  # prompts, c's decodes, and the two padding rows of every decode step

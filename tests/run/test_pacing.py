@@ -1,90 +1,137 @@
-"""The bundled trace is paced to the engine's measured capacity: Little's law on measured step costs."""
+"""The bundled workload is paced in a closed loop: a first wave fills the slots, then the trace's arrivals
+play at the rate the run completes requests, however the engine's speed changes (core_engine/run/pacing.py)."""
 
 from __future__ import annotations
 
 import json
+import random
+import statistics
 
 import pytest
 from click.testing import CliRunner
 
+from batchtop.core_engine.engine import control
 from batchtop.core_engine.engine.engine import Engine
+from batchtop.core_engine.run.pacing import ClosedLoopPacer
 from batchtop.core_engine.sched.request import Request
-from batchtop.core_engine.run import pacing
 from batchtop.tui.cli import main
 from tests.conftest import tiny_config
 
 TINY = ["--model", "tiny", "--device", "cpu", "--dtype", "float32"]
+SLOTS = 8
 
 
-def test_the_pace_plays_the_trace_at_the_rate_the_engine_completes_requests_at_the_target_load(monkeypatch):
-    seen = {}
+class ShiftingClock:
+    """Advances `tick` seconds per reading: a step's time is set by the test, and can change mid-run
+    (a busy neighbour slowing the host)."""
 
-    def measured(engine, requests, concurrency):
-        seen["concurrency"] = concurrency
-        return 400.0, 60  # generated tokens per second of step time, steps
+    def __init__(self, tick: float = 0.02) -> None:  # ~0.14 s a step, as the real model's on a CPU
+        self.t = 0.0
+        self.tick = tick
 
-    monkeypatch.setattr(pacing, "measure_throughput", measured)
-    engine = Engine(tiny_config(max_num_seqs=10))
-    # 11 requests over 10 s: 1 req/s recorded; 50 output tokens each
-    requests = [Request(f"r{i}", (1,) * 20, 50, arrival_s=float(i)) for i in range(11)]
-    p = pacing.pace(engine, requests, target=0.8)
-    assert seen["concurrency"] == 8  # 80% of the slots kept in flight while measuring
-    assert p.time_scale == pytest.approx(1.0 / (400.0 / 50))  # Little: 8 req/s keeps 8 in the system
-    assert "for ~80% busy slots" in p.describe() and "400 tok/s measured with 8 requests in flight" in p.describe()
-    assert [r.arrival_s for r in pacing.paced(requests, p.time_scale)][-1] == pytest.approx(10 * p.time_scale)
+    def __call__(self) -> float:
+        self.t += self.tick
+        return self.t
 
 
-def test_the_probe_runs_real_steps_at_the_target_concurrency_and_leaves_the_engine_untouched():
-    engine = Engine(tiny_config(max_num_seqs=4))
-    requests = [Request(f"r{i}", tuple(range(1, 9)), 5 + i) for i in range(12)]
-    tokens_per_s, steps = pacing.measure_throughput(engine, requests, 3)
-    assert tokens_per_s > 0 and steps == 10  # measured over one mean lifetime (outputs 5..16: mean 10)
-    assert engine.counters.steps == 0 and engine.allocator.num_free_blocks == engine.allocator.num_blocks
+def trace(n: int = 1200, seed: int = 1) -> list[Request]:
+    """A bursty recorded trace: 2 arrivals per recorded second on average, outputs 4-24 tokens."""
+    rng = random.Random(seed)
+    t, out = 0.0, []
+    for i in range(n):
+        t += rng.expovariate(2.0) if rng.random() > 0.2 else 0.0  # a fifth come in bursts
+        out.append(Request(f"r{i}", tuple(range(1, 2 + rng.randrange(12))), rng.randrange(4, 25), arrival_s=t))
+    return out
 
 
-def test_the_probe_keeps_its_lengths_when_the_model_would_stop_at_eos():
-    """A real model (a GGUF file, a model directory) stops at its EOS ids; the probe's requests must
-    not, or the loop drains before it measures the target concurrency."""
-    import dataclasses
-    config = tiny_config(max_num_seqs=4)
-    every_token_ends = dataclasses.replace(config.model, eos_token_ids=tuple(range(config.model.vocab_size)))
-    engine = Engine(config.with_(model=every_token_ends))
-    requests = [Request(f"r{i}", tuple(range(1, 9)), 12) for i in range(12)]
-    tokens_per_s, steps = pacing.measure_throughput(engine, requests, 3)
-    assert steps >= 8 and tokens_per_s > 0
+def paced_engine(mode: str = "continuous") -> tuple[Engine, ClosedLoopPacer, ShiftingClock]:
+    clock = ShiftingClock()
+    engine = Engine(tiny_config(mode=mode, max_num_seqs=SLOTS, max_num_batched_tokens=128, num_kv_blocks=256),
+                    clock=clock)
+    pacer = ClosedLoopPacer(first_wave=SLOTS)
+    engine.use_feed(pacer)
+    engine.load_workload(trace())
+    return engine, pacer, clock
 
 
-def test_a_trace_that_arrives_all_at_once_has_no_pace():
-    engine = Engine(tiny_config())
-    assert pacing.pace(engine, [Request("a", (1,), 2), Request("b", (1,), 2)]) is None
+def run_steps(engine: Engine, n: int) -> list:
+    snaps = []
+    for _ in range(n):
+        snap = engine.step()
+        if snap.is_step:
+            snaps.append(snap)
+    return snaps
+
+
+def busy(snaps) -> float:
+    return statistics.fmean(s.num_running for s in snaps) / SLOTS
+
+
+def test_the_first_step_finds_every_slot_taken():
+    engine, _, _ = paced_engine()
+    first = engine.step()
+    assert first.num_running == SLOTS  # the first wave: no sparse start
+
+
+def test_slots_stay_about_80_percent_busy_while_the_host_slows_and_speeds_up_and_the_queue_stays_bounded():
+    engine, pacer, clock = paced_engine()
+    warm = run_steps(engine, 150)
+    phases = []
+    for tick in (0.08, 0.02):  # the host gets 4x slower, then fast again
+        clock.tick = tick
+        run_steps(engine, 100)  # the controller adapts
+        phases.append(run_steps(engine, 250))
+    for snaps in phases:
+        assert 0.6 <= busy(snaps) <= 0.95, busy(snaps)
+        assert max(s.num_waiting for s in snaps) <= SLOTS  # no queue growing without bound
+    assert max(s.num_waiting for s in warm) <= SLOTS
+    speeds = [s.arrival_speed for s in phases[0] + phases[1]]
+    assert all(v is not None and v > 0 for v in speeds)
+    assert statistics.fmean(s.arrival_speed for s in phases[1]) > 1.5 * statistics.fmean(s.arrival_speed for s in phases[0])
+    assert "played at" in pacer.describe() and pacer.summary()["kind"] == "closed-loop"
+
+
+def test_the_recorded_arrival_times_are_the_real_ones_not_the_traces():
+    engine, _, clock = paced_engine()
+    finished = [f for s in run_steps(engine, 400) for f in s.finished]
+    assert len(finished) > 40
+    recorded = {r.id: r.arrival_s for r in trace()}
+    for f in finished:
+        assert 0.0 <= f.arrival_s <= f.finish_s <= clock.t  # run time, when it was admitted
+    late = [f for f in finished if recorded[f.request_id] > 5.0]
+    assert late and any(abs(f.arrival_s - recorded[f.request_id]) > 1.0 for f in late)
+
+
+def test_static_batching_holds_the_pace_and_falls_behind():
+    """Static batching completes fewer requests per second at the same pace: its queue grows where
+    continuous batching's does not (the teaching text's point)."""
+    engine, pacer, _ = paced_engine()
+    run_steps(engine, 250)
+    engine.submit(control.SetMode("static"))  # as the `s` key does
+    snaps = run_steps(engine, 600)
+    assert pacer.held
+    assert snaps[-1].num_waiting > SLOTS
+    assert all(s.arrival_speed == pytest.approx(snaps[0].arrival_speed) for s in snaps[-50:])
 
 
 @pytest.mark.parametrize("args,paced", [([], True), (["--time-scale", "0.01"], False)])
-def test_the_bundled_trace_is_paced_unless_a_time_scale_is_given(tmp_path, args, paced):
+def test_the_bundled_workload_is_paced_unless_a_time_scale_is_given(tmp_path, args, paced):
     out = tmp_path / "m.json"
     result = CliRunner().invoke(main, ["--headless", *TINY, "--num-requests", "24", *args, "-o", str(out)])
     assert result.exit_code == 0, result.output
     workload = json.loads(out.read_text())["workload"]
     assert ("pace" in workload) == paced
     if paced:
-        assert "its recorded pace" in result.stderr and workload["time_scale"] != 1
+        assert "closed loop" in result.stderr and workload["pacing"]["kind"] == "closed-loop"
+        assert workload["pacing"]["speed_mean"] > 0
     else:
         assert workload["time_scale"] == 0.01
 
 
-def test_the_probe_computes_every_prompt_token_though_its_requests_share_one_prompt(monkeypatch):
-    """Its requests all carry one prompt: with the engine's prefix cache on they would skip their prefill
-    and measure a capacity the bundled trace's distinct prompts never reach."""
-    probes = []
-
-    class Spy(Engine):
-        def __init__(self, *args, **kwargs):
-            super().__init__(*args, **kwargs)
-            probes.append(self)
-
-    monkeypatch.setattr(pacing, "Engine", Spy)
-    engine = Engine(tiny_config(max_num_seqs=4))
-    assert engine.config.enable_prefix_caching
-    pacing.measure_throughput(engine, [Request(f"r{i}", tuple(range(1, 41)), 6) for i in range(8)], 3)
-    (probe,) = probes
-    assert probe.counters.cached_tokens == 0 and probe.counters.prompt_tokens >= 3 * 40
+def test_a_run_that_starts_in_static_batching_learns_a_pace_before_it_holds_one():
+    """With no pace learned yet there is nothing to hold: the trace must not trickle in one request at a time."""
+    engine, pacer, _ = paced_engine("static")
+    snaps = run_steps(engine, 400)
+    assert snaps[-1].arrival_speed > 0
+    batches = [s.num_running for s in snaps[100:] if s.admitted]
+    assert max(batches) > 2

@@ -108,14 +108,20 @@ DASHBOARD_RUN = ["--model", "tiny", "--device", "cpu", "--workload", "synthetic"
 
 
 def test_a_signal_before_the_dashboard_has_drawn_still_closes_its_recording(tmp_path, monkeypatch):
-    """A SIGTERM raised while Textual starts (the recorder already open, the app's own handler not yet
-    installed) unwinds run_dashboard; the recording still gets its end event."""
+    """A SIGTERM raised while Textual starts (the recorder already open on the worker thread that built
+    the engine, the app's own handler not yet installed) unwinds run_dashboard; the recording still
+    gets its end event."""
     from batchtop.core_engine.run.stop import Terminated
     from batchtop.tui.app import BatchtopApp
     from batchtop.tui.cli.dashboard import run_dashboard
     from batchtop.tui.cli.options import engine_options, session_options
 
-    def starting(self):
+    def starting(self):  # the model is built and the recording open (the worker thread), then the signal
+        import threading
+        threading.Thread(target=self.source.run, args=(lambda: False,), daemon=True).start()
+        wait_for_open = time.monotonic() + 60
+        while (self.source.inner is None or not self.source.inner.started.is_set()) and time.monotonic() < wait_for_open:
+            time.sleep(0.01)
         raise Terminated()
 
     monkeypatch.setattr(BatchtopApp, "run", starting)

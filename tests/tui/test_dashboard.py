@@ -41,7 +41,7 @@ class TickClock:
 
 
 def make_app(mode: str = "continuous", runner: ModelRunner | None = None, **overrides) -> BatchtopApp:
-    config = tiny_config(mode=mode, max_num_seqs=4, **overrides)
+    config = tiny_config(**{"mode": mode, "max_num_seqs": 4, **overrides})
     engine = Engine(config, runner=runner, clock=TickClock())
     return BatchtopApp(EngineSource(engine, WORKLOAD, start_paused=True, peaks=PEAKS, device_label="test-cpu"))
 
@@ -250,6 +250,7 @@ async def test_every_panel_always_shows_the_same_step_as_the_others():
     app = BatchtopApp(EngineSource(engine, long_workload, start_paused=True, peaks=PEAKS))
     async with app.run_test(size=(120, 36)) as pilot:
         await pilot.press("space")
+        await wait_for(pilot, lambda: app.source.frame.state == "running")  # on a busy host it takes a moment
         checked = 0
         while app.source.frame.state == "running" and checked < 30:
             await pilot.pause(0.05)
@@ -258,3 +259,59 @@ async def test_every_panel_always_shows_the_same_step_as_the_others():
                 assert panel._key == panel.content_key(shown), type(panel).__name__
             checked += 1
         assert checked >= 10
+
+
+def compact_timeline_rows(text: str) -> list[str]:
+    """The compact timeline's labelled rows under the grid ("  0-1 ▀▀▀", "  32 ▀▀")."""
+    lines = text.split("\n")
+    start = next(i for i, line in enumerate(lines) if line.startswith("─ last "))
+    return [line for line in lines[start + 1:] if line.strip()[:1].isdigit()]
+
+
+@pytest.mark.parametrize("slots", [34, 300])
+@pytest.mark.parametrize("size", [(160, 48), (100, 60)])
+async def test_the_compact_timeline_shows_every_slot_or_says_which_it_does_not(slots, size):
+    app = make_app(max_num_seqs=slots, max_num_batched_tokens=512, num_kv_blocks=2048)
+    app.source.session.burst(slots)  # every slot taken
+    async with app.run_test(size=size) as pilot:
+        await step(pilot, 3)
+        panel = app.query_one(SlotsPanel)
+        text = panel_text(app, SlotsPanel)
+        columns, grid_rows, _ = panel._layout
+        if grid_rows > panel.content_size.height:  # the grid itself is cut: it says so, and which key helps
+            assert f"of {slots} shown: v shows every slot" in text
+        else:
+            assert columns * grid_rows >= slots  # the grid shows every slot
+        if "─ last " in text:  # room for the compact timeline under the grid
+            labels = [row.split()[0] for row in compact_timeline_rows(text)]
+            shown = sum(len(label.split("-")) for label in labels)
+            if shown < slots:
+                assert f"slots 0-{shown - 1} of {slots} shown · v: every slot" in text or \
+                       f"{shown} of {slots} slots · v: all" in text
+            else:
+                assert shown == slots
+        if size == (160, 48):  # the report's case: a few rows of 34 slots, the rest cut without a word
+            assert "─ last " in text and f"of {slots} shown · v: every slot" in text
+        await pilot.press("v")  # the full timeline: as many rows as fit, and a way to the rest
+        await wait_for(pilot, lambda: panel.timeline)
+        full = panel_text(app, SlotsPanel)
+        if f"of {slots} · ↑↓ scroll" in full:
+            await pilot.press("down")
+            await wait_for(pilot, lambda: panel.timeline_top == 1)
+            assert "slots 1-" in panel_text(app, SlotsPanel)
+
+
+async def test_p_while_the_help_screen_is_open_saves_that_screen_and_says_where(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # the screenshot lands in the working directory
+    app = make_app()
+    notes = []
+    async with app.run_test(size=(100, 30)) as pilot:
+        monkeypatch.setattr(app, "notify", lambda text, **kw: notes.append(text))
+        await pilot.press("question_mark")
+        await pilot.pause()
+        await pilot.press("p")
+        await pilot.pause()
+        assert isinstance(app.screen, HelpScreen)  # still open
+    (svg,) = tmp_path.glob("batchtop_*.svg")
+    assert any("screenshot saved to" in n and svg.name in n for n in notes)
+    assert "Slots&#160;timeline" in svg.read_text()  # the help screen is what was saved

@@ -15,7 +15,7 @@ def run_export(out_dir: str, model: str, seed: int, dtype: str) -> None:
     with bad_input_exits():
         if model in PRESETS:
             config = preset(model)
-            note(f"exporting {config.name} ({config.num_params() / 1e6:.0f}M params, {dtype}, seed {seed}) to {out_dir}")
+            note(f"exporting {config.name} ({config.num_params() / 1e6:.3g}M params, {dtype}, seed {seed}) to {out_dir}")
             path = export_checkpoint(out_dir, config, seed, dtype)
         else:
             config = resolve_model(model, "cpu-demo")
@@ -23,7 +23,7 @@ def run_export(out_dir: str, model: str, seed: int, dtype: str) -> None:
                 from batchtop.core_engine.errors import ConfigError
                 raise ConfigError("--model", f"{model!r}: export-checkpoint writes a preset, smollm2 or a GGUF file "
                                              "(a Hugging Face directory is one already)")
-            note(f"exporting {config.checkpoint} ({config.quantization}, {config.num_params() / 1e6:.0f}M params) "
+            note(f"exporting {config.checkpoint} ({config.quantization}, {config.num_params() / 1e6:.3g}M params) "
                  f"dequantized to {dtype}, to {out_dir}")
             path = export_gguf(out_dir, config, dtype)
     note(f"wrote {path}: load it with --model {path}, or with transformers / vLLM")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import signal
 import sys
 import traceback
+from collections.abc import Callable
 
 import click
 
@@ -16,8 +17,7 @@ from batchtop.core_engine.run.headless import RunResult, run_workload
 from batchtop.core_engine.run.session import Session
 from batchtop.core_engine.run.stop import exit_status
 from batchtop.core_engine.engine.snapshot import StepSnapshot
-from batchtop.tui.cli.options import (EXIT_ENGINE_FAILURE, Setup, bad_input_exits, build_setup,
-                         workload_info)
+from batchtop.tui.cli.options import EXIT_ENGINE_FAILURE, Setup, bad_input_exits, build_setup
 from batchtop.core_engine.output_files import deliver_json
 from batchtop.tui.cli.progress import StderrProgress
 from batchtop.gpu_kernels import cpu_kernels
@@ -33,12 +33,13 @@ def note_written(schema: str, path: str | None) -> None:
         note(f"wrote the {schema} JSON to {path}")
 
 
-def build_engine(setup: Setup) -> Engine:
+def build_engine(setup: Setup, say: Callable[[str], None] = note) -> Engine:
+    """say: where to tell what is being built (stderr; the dashboard's status line while it loads)."""
     c = setup.config
     sim = setup.simulation
     capped = pool_note(c)
     if sim is not None:
-        note(f"simulating {c.model.name} ({c.model.num_params() / 1e6:.0f}M params, {c.dtype}) on "
+        note(f"simulating {c.model.name} ({c.model.num_params() / 1e6:.3g}M params, {c.dtype}) on "
              f"{sim.device.label}: no model runs, each step's time comes from the roofline model; "
              f"{c.num_kv_blocks} KV blocks x {c.block_size} tokens; {len(setup.requests)} requests")
         if capped:
@@ -49,24 +50,27 @@ def build_engine(setup: Setup) -> Engine:
         return sim.engine(c)
     verb = "building" if c.model.checkpoint is None else f"loading {c.model.checkpoint}:"
     dtype = f"{c.model.quantization} dequantized to {c.dtype}" if c.model.quantization else c.dtype
-    note(f"{verb} {c.model.name} ({c.model.num_params() / 1e6:.0f}M params, {dtype}) on {c.device}; "
-         f"{c.num_kv_blocks} KV blocks x {c.block_size} tokens; {len(setup.requests)} requests")
+    say(f"{verb} {c.model.name} ({c.model.num_params() / 1e6:.3g}M params, {dtype}) on {c.device}; "
+        f"{c.num_kv_blocks} KV blocks x {c.block_size} tokens; {len(setup.requests)} requests")
     if capped:
-        note(capped)
-    with bad_input_exits():  # a tensor the header promised but the file cannot deliver
-        engine = Engine(c)
-    if c.device == "cpu" and not cpu_kernels.available():
-        note(f"CPU kernels unavailable ({cpu_kernels.why_unavailable()}): attention and the elementwise "
-             "steps run as plain torch ops, slower")
+        say(capped)
+    if say is note:
+        with bad_input_exits():  # a tensor the header promised but the file cannot deliver
+            engine = Engine(c)
+    else:
+        engine = Engine(c)  # the dashboard reports bad input itself, once its screen is closed
+    building = cpu_kernels.background_state() is not None  # the dashboard's status line follows that build
+    if c.device == "cpu" and not building and not cpu_kernels.available():
+        say(f"CPU kernels unavailable ({cpu_kernels.why_unavailable()}): attention and the elementwise "
+            "steps run as plain torch ops, slower")
     return engine
 
 
-def pace_workload(setup: Setup, engine: Engine) -> Setup:
-    if setup.spec.auto_pace:
-        note("measuring this engine's step costs to pace the bundled trace (--time-scale overrides)")
+def pace_workload(setup: Setup, engine: Engine, say: Callable[[str], None] = note) -> Setup:
+    """The bundled workload's closed-loop pace, installed on the engine before its workload is loaded."""
     setup = setup.paced(engine)
-    if setup.spec.pace_note:
-        note(setup.spec.pace_note)
+    if setup.pacer is not None:
+        say(f"pacing: {setup.spec.pace_note} (--time-scale plays the recorded times instead)")
     return setup
 
 
@@ -95,8 +99,8 @@ def run_and_report(engine: Engine, setup: Setup, label: str = "", session: Sessi
 
 
 def metrics_document(result: RunResult, setup: Setup, config_dict: dict, peaks: DevicePeaks | None) -> dict:
-    doc = result.collector.summary(config_dict, complete=result.complete,
-                                   workload=workload_info(setup.spec, setup.requests), peaks=peaks)
+    doc = result.collector.summary(config_dict, complete=result.complete, workload=setup.workload_record(),
+                                   peaks=peaks)
     if setup.simulation is not None:
         doc["simulated"] = setup.simulation.as_dict()
     if result.error is not None:
@@ -120,7 +124,21 @@ def exit_code(result: RunResult) -> int:
     return 0
 
 
+HEADLESS_REQUESTS = 48  # the bundled workload's first requests a plain --headless runs: 1-2 minutes on 2 cores
+
+
+def headless_defaults(opts: dict) -> dict:
+    """A plain `--headless` runs the bundled workload's first HEADLESS_REQUESTS requests, not all of them:
+    a run that says how long it takes and ends in a minute or two (a what-if run, in modelled time, keeps all)."""
+    if opts.get("workload_path") is None and opts.get("num_requests") is None and opts.get("simulate") is None:
+        note(f"running the bundled workload's first {HEADLESS_REQUESTS} requests (the --headless default; "
+             "--num-requests N for more)")
+        return {**opts, "num_requests": HEADLESS_REQUESTS}
+    return opts
+
+
 def run_headless(opts: dict, output: str | None) -> None:
+    opts = headless_defaults(opts)
     with bad_input_exits():
         setup = build_setup(opts, output="-" if output is None else output)  # no -o: stdout
     engine = build_engine(setup)

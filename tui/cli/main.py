@@ -43,7 +43,9 @@ class Batchtop(click.Group):
 @session_options
 @theme_option
 @click.option("--headless", is_flag=True,
-              help="No screen: run the workload to completion and write the metrics JSON (schema batchtop.metrics/1).")
+              help="No screen: run the workload to completion and write the metrics JSON (schema batchtop.metrics/1). "
+                   "The bundled workload: its first 48 requests, paced as the dashboard paces it (a minute or "
+                   "two on 2 cores; --num-requests N for more); stderr counts them down with an ETA.")
 @click.option("-o", "--output", type=str, default=None, metavar="FILE",
               help="--headless: write the metrics JSON here instead of stdout.")
 @click.version_option(package_name="batchtop")

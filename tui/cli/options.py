@@ -21,7 +21,7 @@ from batchtop.core_engine.model.sources import load_tokenizer
 from batchtop.core_engine.model.tokenizer import Tokenizer
 from batchtop.core_engine.sched.request import Request
 from batchtop.core_engine.run.script import ScriptAction, ScriptPlayer, load_script
-from batchtop.core_engine.run.pacing import pace, paced
+from batchtop.core_engine.run.pacing import ClosedLoopPacer
 from batchtop.core_engine.run.session import Session
 from batchtop.core_engine.engine.detokenizer import TextDecoder
 from batchtop.core_engine.run.resolve import resolve_config, resolve_workload
@@ -95,14 +95,16 @@ _OPTIONS = [
                  help="JSONL workload, Azure trace CSV or ShareGPT JSON (needs a model directory's tokenizer); "
                       "'synthetic' for generated lognormal lengths. "
                       "[default: the bundled Azure conversation trace sample]"),
-    click.option("--num-requests", type=POSITIVE, default=None, help="Keep the first N requests (synthetic: N)."),
+    click.option("--num-requests", type=POSITIVE, default=None,
+                 help="Keep the first N requests (synthetic: N). [default: all; --headless on the bundled workload: 48]"),
     click.option("--length-scale", type=SCALE, default=None,
                  help="Multiply prompt and output lengths. [default: 1; bundled trace on CPU: 1/16 and 1/4]"),
     click.option("--prompt-scale", type=SCALE, default=None, help="Multiply prompt lengths (overrides --length-scale)."),
     click.option("--output-scale", type=SCALE, default=None, help="Multiply output lengths (overrides --length-scale)."),
     click.option("--time-scale", type=Finite(0.0), default=None,
                  help="Multiply arrival times; 0 = everything arrives at once. [default: 1; the bundled "
-                      "trace: paced to this machine's measured capacity, ~80% of slots busy]"),
+                      "workload: a first wave that fills the slots, then arrivals paced in a closed loop from "
+                      "the measured completion rate, ~80% of slots busy]"),
     click.option("--rate", type=Finite(0.0), default=0.0, show_default=True,
                  help="Synthetic: Poisson arrivals per second (0 = all at once)."),
     click.option("--prompt-mean", type=Finite(1.0), default=64.0, show_default=True, help="Synthetic: mean prompt length."),
@@ -153,6 +155,7 @@ class Setup:
     simulation: Simulation | None = None
     record_text: bool = False
     tokenizer: Tokenizer | None = None  # a model directory's; None for presets
+    pacer: ClosedLoopPacer | None = None  # the bundled workload's closed-loop pace, once `paced`
 
     def open_session(self, engine: Engine, peaks: DevicePeaks | None, *, show_text: bool = False) -> Session:
         """show_text: decode every step's tokens for the screen, not only for a --record-text trace."""
@@ -162,7 +165,7 @@ class Setup:
                 "config": self.config.as_dict(),
                 "device": {"kind": self.config.device, "name": peaks.device_name if peaks else self.config.device},
                 "peaks": peaks.as_dict() if peaks is not None else None,
-                "workload": workload_info(self.spec, self.requests),
+                "workload": self.workload_record(),
                 **({"simulated": self.simulation.as_dict()} if self.simulation is not None else {}),
             }, record_text=self.record_text)
         player = ScriptPlayer(self.script) if self.script else None
@@ -171,14 +174,22 @@ class Setup:
                        text=TextDecoder(self.tokenizer) if decode else None)
 
     def paced(self, engine: Engine) -> Setup:
-        """The bundled trace's arrivals paced to this engine's measured capacity (see session.pacing)."""
-        if not self.spec.auto_pace:
+        """The bundled workload played by a closed-loop pacer on `engine` (see run.pacing); call it
+        before the workload is loaded. Nothing is measured up front: the pace follows the run."""
+        if not self.spec.auto_pace or len(self.requests) < 2:
             return self
-        p = pace(engine, self.requests)
-        if p is None:
-            return self
-        spec = replace(self.spec, time_scale=p.time_scale, auto_pace=False, pace_note=p.describe())
-        return replace(self, spec=spec, requests=paced(self.requests, p.time_scale))
+        pacer = ClosedLoopPacer(first_wave=engine.config.max_num_seqs)
+        engine.use_feed(pacer)
+        spec = replace(self.spec, auto_pace=False, pace_note=pacer.describe())
+        return replace(self, spec=spec, pacer=pacer)
+
+    def workload_record(self) -> dict:
+        """The workload's metrics/trace record, with how the pacer has paced it so far."""
+        info = workload_info(self.spec, self.requests)
+        if self.pacer is not None:
+            info["pace"] = self.pacer.describe()
+            info["pacing"] = self.pacer.summary()
+        return info
 
 
 def build_setup(opts: dict, output: str | None = None, *, clients_only: bool = False, **overrides) -> Setup:

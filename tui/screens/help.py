@@ -12,8 +12,9 @@ HELP = """\
 # batchtop
 
 **Slots** — one cell per `max_num_seqs` slot: its request, phase (▸ prefill, ● decode, ░ padding,
-‖ idle, · empty) and progress; with a model directory, the end of its output text. Red cells are
-*bubbles*: slots doing no useful work while requests wait.
+✓ finished in this step, its KV freed, ‖ idle, · empty) and progress; with a model directory, the end
+of its output text. Red cells are *bubbles*: slots doing no useful work while requests wait. Every
+panel shows the same moment: the end of the newest step.
 
 **Slots timeline** (`v`) — rows are slots, columns recent steps, coloured by request. Static batching
 shows one block per batch: a finished row goes on as padding (░, dimmed) until the longest member
@@ -47,12 +48,13 @@ slot and KV utilisation, preemptions, completed/total.
 | replay | `space` pause, `<` `>` slower / faster, `n` next step, `g` / `G` start / end |
 | `--simulate` | `<` `>` simulated time slower / faster against wall time (0.25x .. 1024x, then max) |
 
-Press `escape` or `?` to close.
+Press `escape` or `?` to close; `p` saves this screen as an SVG.
 """
 
 
 class HelpScreen(ModalScreen[None]):
-    BINDINGS = [Binding("escape,question_mark,q", "dismiss", "close")]
+    # a modal screen takes every key: the screenshot key must work here too (it saves this screen)
+    BINDINGS = [Binding("escape,question_mark,q", "dismiss", "close"), Binding("p", "app.save_svg", "screenshot")]
 
     def compose(self) -> ComposeResult:
         with VerticalScroll(id="help"):

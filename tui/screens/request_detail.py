@@ -14,6 +14,7 @@ from textual.screen import ModalScreen
 from textual.widgets import Static
 
 from batchtop.core_engine.engine.snapshot import SlotView, StepSnapshot
+from batchtop.core_engine.sched.request import Phase
 from batchtop.core_engine.engine.detokenizer import RequestText
 from batchtop.tui.sources.frame import DashboardFrame
 from batchtop.tui.widgets.engine.slots import progress
@@ -30,6 +31,8 @@ def where(snap: StepSnapshot | None, index: int) -> str:
         for slot in snap.slots:
             if slot.index == index:
                 done, total = progress(slot)
+                if slot.phase is Phase.FINISHED:
+                    return f"finished in this step: {done}/{total} tokens, slot {slot.slot} and its KV blocks freed"
                 return f"slot {slot.slot} · {slot.phase.value} {done}/{total}"
         for position, waiting in enumerate(snap.waiting):
             if waiting.index == index:
@@ -47,7 +50,7 @@ def cached_line(slot: SlotView) -> str:
 
 
 class RequestScreen(ModalScreen[None]):
-    BINDINGS = [Binding("escape,enter,q", "dismiss", "close")]
+    BINDINGS = [Binding("escape,enter,q", "dismiss", "close"), Binding("p", "app.save_svg", "screenshot")]
 
     def __init__(self, index: int, request_id: str) -> None:
         super().__init__()

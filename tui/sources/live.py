@@ -99,6 +99,7 @@ class EngineSource:
         """However the app ended (a signal before it drew, a step that outlived the quit's wait): stop
         the engine thread, give it `wait_s` to close the session itself, then close what is still open
         (the recorder takes a close from any thread; the engine thread writes nothing after it)."""
+        self.loop.stop_reason = reason  # a loop still running ends with it too (a signal, not a quit)
         self.stop()
         if self.started.is_set():
             self.loop.done.wait(wait_s)

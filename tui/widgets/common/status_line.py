@@ -9,7 +9,7 @@ from batchtop.core_engine.config import EngineConfig
 from batchtop.tui.sources.frame import DashboardFrame
 
 STATE_LABEL = {"running": "● running", "paused": "‖ paused", "finished": "■ finished", "error": "✖ engine stopped",
-               "replay": "▶ replay", "idle": "○ idle"}
+               "replay": "▶ replay", "idle": "○ idle", "loading": "◌ loading"}
 
 
 def status_text(frame: DashboardFrame, config: EngineConfig, device_label: str,

@@ -41,10 +41,12 @@ class MetricsStrip(Horizontal):
         # Fixed-size labels: update without a layout pass (a relayout per frame costs the engine)
         m = frame.metrics
         tok_label.update(f"tok/s {m.tok_s_now:>5.0f}", layout=False)
-        tok_spark.data = [0.0, *m.tok_s_history]  # the leading 0 pins the scale's floor: bars read as amounts
+        # the leading 0 pins the scale's floor: bars read as amounts; no history yet draws no bars at all
+        # (a lone 0 would fill the sparkline, as if at its peak)
+        tok_spark.data = [0.0, *m.tok_s_history] if m.tok_s_history else []
         batch_now = frame.snapshot.num_seqs if frame.snapshot is not None else 0
         batch_label.update(f"batch {batch_now:>5d}", layout=False)
-        batch_spark.data = [0.0, *m.batch_history]
+        batch_spark.data = [0.0, *m.batch_history] if m.batch_history else []
         numbers_label.update(numbers(m), layout=False)
 
 

@@ -14,10 +14,12 @@ from batchtop.core_engine.sched.request import Phase
 from batchtop.core_engine.engine.snapshot import SlotState
 from batchtop.tui.widgets.common.panel import Panel
 
-GRID_GLYPH = {Phase.PREFILL: "▸", Phase.DECODE: "●", Phase.PADDING: "░", Phase.IDLE: "‖", Phase.EMPTY: "·"}
-TIMELINE_GLYPH = {Phase.DECODE: "█", Phase.PREFILL: "▓", Phase.PADDING: "░", Phase.IDLE: "│", Phase.EMPTY: "·"}
+GRID_GLYPH = {Phase.PREFILL: "▸", Phase.DECODE: "●", Phase.PADDING: "░", Phase.IDLE: "‖", Phase.EMPTY: "·",
+              Phase.FINISHED: "✓"}
+TIMELINE_GLYPH = {Phase.DECODE: "█", Phase.PREFILL: "▓", Phase.PADDING: "░", Phase.IDLE: "│", Phase.EMPTY: "·",
+                  Phase.FINISHED: "✓"}
 PADDED_PREFILL_GLYPH = "▒"  # a static batch member's prefill, with pad tokens left of its prompt
-TIMELINE_LEGEND = "█ decode ▓ prefill ▒ padded prompt ░ padding │ idle · bubble"
+TIMELINE_LEGEND = "█ decode ▓ prefill ▒ padded prompt ░ padding ✓ finished │ idle · bubble"
 
 
 def colour_var(index: int, state: SlotState, padded: bool) -> str | None:

@@ -34,15 +34,18 @@ def _colour(cell: SlotCell) -> str | None:
 
 
 def render_timeline(panel: Panel, timeline: tuple[SlotColumn, ...], num_slots: int, width: int,
-                    height: int) -> Text:
-    """Full view: one text row per slot, a glyph per step, and a legend on the last row."""
+                    height: int, top: int = 0) -> tuple[Text, int]:
+    """Full view: one text row per slot from slot `top` on, a glyph per step, and a legend on the last row,
+    which says which slots are shown when not all of them fit. Returns the text and the `top` it used
+    (kept within the slots)."""
     columns = timeline[-max(1, width - LABEL_WIDTH):]
     num_slots = max([len(col) for col in columns] + [num_slots])
     rows = min(num_slots, max(1, height - 1))
+    top = max(0, min(top, num_slots - rows))
     muted = panel.style("muted")
     looks: dict[SlotCell, tuple] = {}
     out = Runs()
-    for slot in range(rows):
+    for slot in range(top, top + rows):
         out.add(f"{slot:>3} ", muted)
         for cell, run in groupby(_cell(col, slot) for col in columns):  # a request holds its slot for many
             if cell not in looks:                                      # steps: draw runs, not cells
@@ -50,9 +53,13 @@ def render_timeline(panel: Panel, timeline: tuple[SlotColumn, ...], num_slots: i
             glyph, style = looks[cell]
             out.add(glyph * sum(1 for _ in run), style)
         out.newline()
-    hidden = num_slots - rows
-    out.add(f"{'':>{LABEL_WIDTH}}{TIMELINE_LEGEND}" + (f"   +{hidden} slots below" if hidden > 0 else ""), muted)
-    return out.text()
+    if rows < num_slots:  # the cut comes first, so a narrow panel keeps it and loses the legend
+        out.add(f"{'':>{LABEL_WIDTH}}slots {top}-{top + rows - 1} of {num_slots} · ↑↓ scroll · ",
+                panel.style("warning"))
+        out.add(TIMELINE_LEGEND, muted)
+    else:
+        out.add(f"{'':>{LABEL_WIDTH}}{TIMELINE_LEGEND}", muted)
+    return out.text(), top
 
 
 def render_compact_timeline(panel: Panel, out: Runs, timeline: tuple[SlotColumn, ...], num_slots: int,

@@ -19,7 +19,7 @@ from textual import events
 from textual.message import Message
 
 from batchtop.core_engine.sched.request import Phase
-from batchtop.core_engine.engine.snapshot import SlotState, SlotView, StepSnapshot
+from batchtop.core_engine.engine.snapshot import WORKING_PHASES, SlotState, SlotView, StepSnapshot
 from batchtop.tui.sources.frame import DashboardFrame
 from batchtop.tui.widgets.common.panel import Panel, Runs
 from batchtop.tui.widgets.engine.slot_look import GRID_GLYPH, text_tail
@@ -37,6 +37,12 @@ def progress(slot: SlotView) -> tuple[int, int]:
     return slot.num_generated, slot.max_tokens
 
 
+def cut_note(shown: int, total: int, width: int) -> str:
+    """What a view that cannot show every slot says on its last row."""
+    note = f"slots 0-{shown - 1} of {total} shown · v: every slot, ↑↓ to scroll"
+    return note if len(note) <= width else f"{shown} of {total} slots · v: all"[:width]
+
+
 class SlotsPanel(Panel):
     class Chosen(Message):
         """A slot was clicked, or chosen with enter: show its request."""
@@ -49,6 +55,7 @@ class SlotsPanel(Panel):
         super().__init__(id=id)
         self.timeline = False
         self.selected: int | None = None  # the slot the arrow keys move; None until one is pressed
+        self.timeline_top = 0  # the first slot the full timeline shows (the arrow keys scroll it)
         self._layout: tuple[int, int, int] | None = None  # columns, rows, cell width of the grid last drawn
 
     def content_key(self, frame: DashboardFrame) -> object:
@@ -57,13 +64,16 @@ class SlotsPanel(Panel):
             return None
         texts = tuple(frame.texts.get(s.index) for s in snap.slots) if frame.texts else ()
         return (snap.slots, snap.slot_states(), snap.max_num_seqs, len(frame.timeline), snap.step, self.timeline,
-                self.selected, texts)
+                self.selected, texts, self.timeline_top)
 
     # -- choosing a slot --------------------------------------------------------------------------
     def move_selection(self, rows: int, columns: int) -> None:
         """Arrow keys: slots run down the grid's columns, then across."""
         snap = self.frame.snapshot if self.frame is not None else None
         if snap is None or not snap.slots:
+            return
+        if self.timeline:  # up/down one slot, left/right a page
+            self.scroll_timeline(rows + columns * max(1, self.content_size.height - 2))
             return
         if self.selected is None:
             self.selected = 0
@@ -90,6 +100,11 @@ class SlotsPanel(Panel):
             self.refresh()
             self.post_message(self.Chosen(self.frame.snapshot.slots[slot]))
 
+    def scroll_timeline(self, rows: int) -> None:
+        """The full timeline shows as many slots as there are rows: the arrow keys move through the rest."""
+        self.timeline_top = max(0, self.timeline_top + rows)
+        self.refresh()
+
     def toggle_view(self) -> None:
         self.timeline = not self.timeline
         if self.frame is not None:
@@ -102,11 +117,16 @@ class SlotsPanel(Panel):
         if snap is None:
             self.border_title = f"Slots · {view}"
             return
-        states = snap.slot_states()
-        busy, padding, bubbles = (states.count(s) for s in (SlotState.WORKING, SlotState.PADDING, SlotState.BUBBLE))
+        # the title counts the slots as the step leaves them (the block map's moment): those that finished in
+        # it are free now, shown ✓ for this one frame
+        phases = [s.phase for s in snap.slots]
+        busy = sum(p in WORKING_PHASES for p in phases)
+        padding, finished = phases.count(Phase.PADDING), phases.count(Phase.FINISHED)
+        bubbles = snap.slot_states().count(SlotState.BUBBLE)
         self.border_title = f"Slots {busy}/{snap.max_num_seqs} busy · {view}"
-        waste = [f"{n} {name}{'s' * (n != 1)}" for n, name in ((padding, "padding row"), (bubbles, "bubble")) if n]
-        self.border_subtitle = " · ".join(waste) if waste else "v: grid/timeline"
+        notes = [f"{n} {name}{'s' * (n != 1)}" for n, name in ((padding, "padding row"), (bubbles, "bubble")) if n]
+        notes += [f"{finished} finished"] if finished else []
+        self.border_subtitle = " · ".join(notes) if notes else "v: grid/timeline"
 
     def render(self) -> Text:
         frame = self.frame
@@ -116,17 +136,22 @@ class SlotsPanel(Panel):
         width, height = self.content_size.width, self.content_size.height
         self._layout = None
         if self.timeline:
-            return render_timeline(self, frame.timeline, len(snap.slots), width, height)
+            text, self.timeline_top = render_timeline(self, frame.timeline, len(snap.slots), width, height,
+                                                      self.timeline_top)
+            return text
         out = Runs()
         grid_rows = self.render_grid(out, snap, width, height)
         spare = height - grid_rows - 1  # one row for the timeline's caption
         if spare >= MIN_TIMELINE_ROWS and frame.timeline:
+            num_slots = max([len(snap.slots)] + [len(col) for col in frame.timeline])
             steps = min(len(frame.timeline), max(1, width - COMPACT_LABEL_WIDTH))
             out.newline()
             out.add(f"─ last {steps} steps " .ljust(width, "─")[:width], self.style("muted"))
-            shown = render_compact_timeline(self, out, frame.timeline, len(snap.slots), width, spare)
-            if shown < len(snap.slots):
-                out.add(f"  +{len(snap.slots) - shown}", self.style("muted"))
+            rows = spare if 2 * spare >= num_slots else spare - 1  # keep a row to say what is cut
+            shown = render_compact_timeline(self, out, frame.timeline, num_slots, width, rows)
+            if shown < num_slots:
+                out.newline()
+                out.add(cut_note(shown, num_slots, width), self.style("warning"))
         return out.text()
 
     def render_grid(self, out: Runs, snap: StepSnapshot, width: int, height: int) -> int:
@@ -150,7 +175,8 @@ class SlotsPanel(Panel):
                 if i < len(slots):
                     draw(out, slots[i], states[i], cell_width)
         if rows > height:
-            out.add(f"\n… {len(slots) - cols * height} more slots (widen the window)", self.style("muted"))
+            out.add(f"\n… slots 0-{cols * height - 1} of {len(slots)} shown: v shows every slot (or widen the window)"
+                    [:width + 1], self.style("warning"))
             return height + 1
         return rows
 

@@ -5,8 +5,23 @@ from __future__ import annotations
 
 from rich.text import Text
 
+from batchtop.core_engine.engine.snapshot import StepSnapshot
+from batchtop.core_engine.run.pacing import TARGET_SLOT_UTILIZATION
 from batchtop.tui.sources.frame import DashboardFrame
 from batchtop.tui.widgets.common.panel import Panel, Runs
+
+
+def pace_label(snap: StepSnapshot) -> str:
+    """How the arrivals play now, when a closed-loop pacer plays them (run.pacing)."""
+    speed = snap.arrival_speed
+    if speed is None:
+        return ""
+    if speed <= 0:
+        return "first wave; paced from the first completions"
+    target = f"~{100 * TARGET_SLOT_UTILIZATION:.0f}% busy"
+    if snap.mode != "continuous":
+        return f"pace held at {speed:.2g}x"
+    return f"paced {speed:.2g}x for {target}"
 
 
 def arrivals_label(workload: dict | None) -> str:
@@ -33,14 +48,16 @@ class WaitingPanel(Panel):
             return None
         head = tuple((w.request_id, w.num_preemptions) for w in snap.waiting[:40])
         # waited times are shown in whole seconds when narrow and tenths when wide: tenths it is
-        return head, snap.num_waiting, snap.num_pending_arrivals, round(snap.t, 1), snap.wait_reason
+        return (head, snap.num_waiting, snap.num_pending_arrivals, round(snap.t, 1), snap.wait_reason,
+                pace_label(snap))
 
     def update_titles(self, frame: DashboardFrame) -> None:
         snap = frame.snapshot
         n = snap.num_waiting if snap is not None else 0
         self.border_title = f"Waiting {n}"
         later = snap.num_pending_arrivals if snap is not None else 0
-        parts = [f"{later} to arrive" if later else "", self.arrivals]
+        pace = pace_label(snap) if snap is not None else ""
+        parts = [f"{later} to arrive" if later else "", pace or self.arrivals]
         self.border_subtitle = " · ".join(p for p in parts if p)
 
     def render(self) -> Text:
@@ -60,7 +77,10 @@ class WaitingPanel(Panel):
         header = f"{'request':<9}{'prompt':>7}{'max':>6}{'waited':>8}" if wide else f"{'req':<7}{'prompt':>6}{'wait':>5}"
         out.add(header, self.style("muted"))
         lines += 1
-        for w in snap.waiting[:max(0, height - lines)]:
+        room = max(0, height - lines)
+        if snap.num_waiting > room:
+            room = max(0, room - 1)  # the last row says how many are not listed
+        for w in snap.waiting[:room]:
             out.newline()
             waited = max(0.0, snap.t - w.arrival_s)
             out.add(f"{w.request_id:<9.9}" if wide else f"{w.request_id:<7.7}", self.request_style(w.index))
@@ -68,4 +88,9 @@ class WaitingPanel(Panel):
                     self.style("foreground"))
             if w.num_preemptions:
                 out.add(f" ↺{w.num_preemptions}", self.style("warning"))
+        shown = min(room, len(snap.waiting))
+        if snap.num_waiting > shown:  # no key lists the rest: the title counts them, the order is FCFS
+            out.newline()
+            note = f"… {snap.num_waiting - shown} more behind ({shown} of {snap.num_waiting} listed)"
+            out.add(note if len(note) <= width else f"… +{snap.num_waiting - shown} more"[:width], self.style("warning"))
         return out.text()

@@ -1,0 +1,119 @@
+"""The CPU kernels' build machinery: a directory per sources-and-versions key, a lock that a killed
+build cannot leave behind, a bounded wait for a live builder, and the switch between two steps."""
+
+from __future__ import annotations
+
+import fcntl
+import shutil
+import time
+
+import pytest
+import torch
+
+from batchtop.core_engine.engine.engine import Engine
+from batchtop.gpu_kernels import cpu_kernel_build as build
+from batchtop.gpu_kernels import cpu_kernels
+from tests.conftest import make_requests, tiny_config
+
+
+def test_two_checkouts_or_versions_never_share_a_build_directory(tmp_path, monkeypatch):
+    here = build.build_key()
+    other = tmp_path / "csrc"
+    shutil.copytree(build.CSRC, other)
+    monkeypatch.setattr(build, "CSRC", other)
+    assert build.build_key() == here  # the same sources elsewhere: the same library, built once
+    (other / "fused_ops_cpu.cpp").write_text((other / "fused_ops_cpu.cpp").read_text() + "\n// changed\n")
+    changed = build.build_key()
+    assert changed != here
+    monkeypatch.setattr(torch, "__version__", "9.9.9")
+    assert build.build_key() not in (here, changed)
+    monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(tmp_path / "ext"))
+    assert build.build_dir(here) != build.build_dir(changed) and build.build_dir(here).parent == tmp_path / "ext"
+
+
+def fake_load(calls: list):
+    """cpp_extension.load as far as the lock is concerned: torch's baton would wait on a `lock` file."""
+    def load(name, sources, *, build_directory, **kwargs):
+        assert not (build.Path(build_directory) / "lock").exists(), "torch would sleep on this lock forever"
+        build.library_path(build.Path(build_directory)).write_bytes(b"\x7fELF")
+        calls.append(name)
+    return load
+
+
+def test_a_lock_left_by_a_killed_build_is_removed_not_waited_on(tmp_path, monkeypatch, capsys):
+    from torch.utils import cpp_extension
+    calls: list = []
+    monkeypatch.setattr(cpp_extension, "load", fake_load(calls))
+    directory = tmp_path / "kernels"
+    directory.mkdir()
+    (directory / "lock").write_text("")  # what torch's FileBaton leaves when its build is killed
+    started = time.monotonic()
+    assert build.build_here(directory, wait_s=1.0) == 0
+    assert time.monotonic() - started < 1.0 and calls == [build.NAME] and build.is_built(directory)
+    assert "removed a stale lock left by a killed build" in capsys.readouterr().err
+    assert build.build_here(directory) == 0 and calls == [build.NAME]  # built: nothing to do
+
+
+def test_a_live_builder_is_waited_for_a_bounded_time_then_the_torch_ops_run(tmp_path):
+    directory = tmp_path / "kernels"
+    directory.mkdir()
+    with open(directory / "batchtop.lock", "a+") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)  # another batchtop, building (or stopped mid-build)
+        started = time.monotonic()
+        assert build.build_here(directory, wait_s=0.3) == build.EXIT_LOCK_TIMEOUT
+        assert time.monotonic() - started < 5
+        state = build.ChildBuild(directory, lock_wait_s=0.3).start().wait(timeout=120)
+    assert state.phase == "failed" and "held the build lock" in state.why and str(directory) in state.why
+    assert "could not be built" in state.describe()
+
+
+def test_a_build_that_fails_says_why_and_leaves_nothing_that_looks_built(tmp_path, monkeypatch):
+    monkeypatch.setenv("CXX", str(tmp_path / "no-such-compiler"))  # the child inherits it
+    directory = tmp_path / "kernels"
+    seen: list[str] = []
+    state = build.ChildBuild(directory, on_change=lambda s: seen.append(s.phase)).start().wait(timeout=120)
+    assert state.phase == "failed" and state.why.startswith("exit 1:") and "Error" in state.why
+    assert seen[-1] == "failed" and not build.is_built(directory)
+
+
+def test_kernels_built_in_the_background_come_in_between_two_steps(monkeypatch):
+    """The engine steps on the torch ops until the build is done; the next step runs the kernels, and the
+    snapshot (and so the trace) says from which step."""
+    ready = iter([False, False, True])
+    monkeypatch.setattr(cpu_kernels, "switch_in", lambda: next(ready, False))
+    engine = Engine(tiny_config())
+    engine.load_workload(make_requests(3, seed=1, output=(5, 5)))
+    controls = [engine.step().controls for _ in range(4)]
+    assert controls == [(), (), (("cpu_kernels", "in"),), ()]
+
+
+def test_why_unavailable_says_a_background_build_is_running(monkeypatch):
+    state = build.BuildState("building", 2, 5, started=time.monotonic() - 12)
+    monkeypatch.setattr(cpu_kernels, "_active", False)
+    monkeypatch.setattr(cpu_kernels, "_background", type("B", (), {"state": state})())
+    assert cpu_kernels.available() is False  # never blocks while the build runs
+    assert cpu_kernels.why_unavailable() == ("building (2/5 done, 12 s of about a minute) in the background; "
+                                             "the torch ops run meanwhile")
+
+
+@pytest.fixture(autouse=True)
+def _no_background_build_left():
+    yield
+    cpu_kernels.stop_background()
+
+
+def test_the_build_ahead_command_finds_a_built_library_and_says_where(tmp_path, monkeypatch):
+    """README: `python -m batchtop.gpu_kernels.build_cpu_kernels` right after installing; here on a
+    directory already marked built, so nothing compiles."""
+    import subprocess
+    import sys
+
+    from batchtop.gpu_kernels.cpu_kernel_build import MARKER, library_path
+    directory = tmp_path / "kernels"
+    directory.mkdir()
+    library_path(directory).write_bytes(b"")
+    (directory / MARKER).write_text("x\n")
+    done = subprocess.run([sys.executable, "-m", "batchtop.gpu_kernels.build_cpu_kernels", str(directory)],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and done.stdout.strip() == str(library_path(directory))
+    assert "RuntimeWarning" not in done.stderr
