@@ -186,3 +186,39 @@ def test_a_bf16_engine_runs_its_layers_fused_and_greedy_tokens_match_the_op_by_o
     finally:
         model.fuse_layers = True
     assert not calls and fused == unfused
+
+
+def test_kernels_switched_in_mid_run_bring_the_fused_layers_and_change_no_token(monkeypatch):
+    """The dashboard starts on the torch ops while the kernels build in the background; once they come
+    in between two steps, the next steps run the one-call layers, and the greedy tokens are those of a
+    run that had the kernels from its first step."""
+    from batchtop.core_engine.engine.engine import Engine
+    from batchtop.core_engine.model.packed_linear import packing
+    from tests.conftest import make_requests, run_all, tiny_config
+
+    requests = make_requests(6, seed=7, prompt=(3, 20), output=(8, 14))
+    config = tiny_config(max_num_seqs=4, dtype="bfloat16")
+    from_start, _, _ = run_all(Engine(config), requests)
+
+    calls: list[int] = []
+    forward_fused = DecoderLayer.forward_fused
+    monkeypatch.setattr(DecoderLayer, "forward_fused", lambda self, *a: calls.append(1) or forward_fused(self, *a))
+    monkeypatch.setattr(cpu_kernels, "_active", False)  # as while the background build runs
+    packing.cache_clear()
+    steps = iter(range(1000))
+
+    def switch_in() -> bool:
+        if next(steps) != 3:
+            return False
+        cpu_kernels._active = True
+        return True
+
+    monkeypatch.setattr(cpu_kernels, "switch_in", switch_in)
+    try:
+        engine = Engine(config)
+        assert not fusable_layers(config.model, CPU, torch.bfloat16)
+        switched, _, _ = run_all(engine, requests)
+    finally:
+        packing.cache_clear()
+    assert calls, "the fused layers never ran after the kernels came in"
+    assert switched == from_start
