@@ -92,7 +92,7 @@ def test_why_unavailable_says_a_background_build_is_running(monkeypatch):
     monkeypatch.setattr(cpu_kernels, "_active", False)
     monkeypatch.setattr(cpu_kernels, "_background", type("B", (), {"state": state})())
     assert cpu_kernels.available() is False  # never blocks while the build runs
-    assert cpu_kernels.why_unavailable() == ("building (2/5 done, 12 s of about a minute) in the background; "
+    assert cpu_kernels.why_unavailable() == ("building (2/5 done, 12 s) in the background; "
                                              "the torch ops run meanwhile")
 
 
