@@ -29,8 +29,7 @@ from collections.abc import Callable
 
 import torch
 
-from batchtop.gpu_kernels.cpu_kernel_build import (SOURCES, BuildState, ChildBuild, build_dir, is_built,
-                                                   library_path)
+from batchtop.gpu_kernels.cpu_kernel_build import BuildState, ChildBuild, build_dir, is_built, library_path
 
 NAME = "batchtop_cpu_kernels"
 DTYPES = (torch.float32, torch.bfloat16)

@@ -22,13 +22,13 @@ import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import httpx
 import pytest
 
 from batchtop.core_engine.attach.sample import parse_exposition
 from tests.conftest import tiny_config
+from tests.support.local_http import Answering, local_server
 from tests.support.serving import serving, wait_idle
 
 PROMETHEUS = shutil.which("prometheus")
@@ -42,31 +42,16 @@ def recording_proxy(upstream: str) -> Iterator[tuple[str, list[str]]]:
     bodies: list[str] = []
     lock = threading.Lock()
 
-    class Handler(BaseHTTPRequestHandler):
+    class Handler(Answering):
         def do_GET(self) -> None:  # noqa: N802 (http.server's name)
             with lock:  # one scrape at a time: the list's order is the scrapes' order
                 answer = httpx.get(upstream + "/metrics", timeout=5)
                 bodies.append(answer.text)
-            body = answer.content
-            try:
-                self.send_response(answer.status_code)
-                self.send_header("Content-Type", answer.headers.get("content-type", "text/plain"))
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-            except (BrokenPipeError, ConnectionResetError):
-                pass  # Prometheus gave up on this scrape (its timeout on a busy host): it keeps no sample
+            # Prometheus may give up on a scrape (its timeout on a busy host): it keeps no sample
+            self.answer(answer.status_code, answer.content, answer.headers.get("content-type", "text/plain"))
 
-        def log_message(self, *args) -> None:
-            pass
-
-    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    threading.Thread(target=httpd.serve_forever, daemon=True).start()
-    try:
-        yield f"127.0.0.1:{httpd.server_address[1]}", bodies
-    finally:
-        httpd.shutdown()
-        httpd.server_close()
+    with local_server(Handler) as url:
+        yield url.removeprefix("http://"), bodies
 
 
 def free_port() -> int:

@@ -8,14 +8,14 @@ import socket
 import threading
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
 from batchtop.core_engine.attach.sample import ReplicaSample, parse_exposition
 from batchtop.core_engine.attach.scrape import LIVE, ScrapeResult
+from tests.support.local_http import Answering, local_server
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 VLLM_IDLE = DATA / "vllm-0.32-cpu-idle.prom"
@@ -67,39 +67,20 @@ class FlakyMetrics:
         self.stall_s = 2.0
 
 
-@contextmanager
-def flaky_server(state: FlakyMetrics) -> Iterator[str]:
-    class Handler(BaseHTTPRequestHandler):
+def flaky_server(state: FlakyMetrics) -> AbstractContextManager[str]:
+    """The fake server's URL, as a context manager (tests/support/local_http.py)."""
+    class Handler(Answering):
         def do_GET(self) -> None:  # noqa: N802 (http.server's name)
             if state.mode == "stall":
                 time.sleep(state.stall_s)
             if state.mode == "error":
-                body, code = b"internal error", 500
+                self.answer(500, b"internal error")
             elif state.mode == "garbage":
-                body, code = b"<html><body>Welcome to nginx!</body></html>", 200
+                self.answer(200, b"<html><body>Welcome to nginx!</body></html>")
             else:
-                body, code = state.text.encode(), 200
-            try:
-                self.send_response(code)
-                self.send_header("Content-Type", "text/plain; version=0.0.4")
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-            except (BrokenPipeError, ConnectionResetError):
-                pass  # the scraper gave up on a stalled answer
+                self.answer(200, state.text.encode())
 
-        def log_message(self, *args) -> None:
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    server.daemon_threads = True
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}"
-    finally:
-        server.shutdown()
-        server.server_close()
+    return local_server(Handler)
 
 
 @contextmanager

@@ -16,7 +16,7 @@ import gguf
 import numpy as np
 import torch
 
-from tests.support.hf_checkpoints import COMMON, EOS_ID, MODEL_VOCAB, SENTENCES, hf_model, tokenizer
+from tests.support.hf_checkpoints import COMMON, EOS_ID, SENTENCES, hf_model, tokenizer
 
 CHAT_TEMPLATE = ("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
                  "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")

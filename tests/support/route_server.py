@@ -4,9 +4,9 @@ between requests: llama.cpp's /metrics beside its /slots, trtllm-serve's JSON, o
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
-from contextlib import contextmanager
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from contextlib import AbstractContextManager
+
+from tests.support.local_http import Answering, local_server
 
 
 class Routes:
@@ -25,26 +25,11 @@ class Routes:
             return self.routes.get(path, (404, "not found"))
 
 
-@contextmanager
-def route_server(routes: Routes) -> Iterator[str]:
-    class Handler(BaseHTTPRequestHandler):
+def route_server(routes: Routes) -> AbstractContextManager[str]:
+    """The server's URL, as a context manager (tests/support/local_http.py)."""
+    class Handler(Answering):
         def do_GET(self) -> None:  # noqa: N802 (http.server's name)
             status, text = routes.answer(self.path)
-            body = text.encode()
-            self.send_response(status)
-            self.send_header("Content-Type", "application/json" if text[:1] in "[{" else "text/plain")
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
+            self.answer(status, text.encode(), "application/json" if text[:1] in "[{" else "text/plain")
 
-        def log_message(self, *args) -> None:
-            pass
-
-    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    httpd.daemon_threads = True
-    threading.Thread(target=httpd.serve_forever, daemon=True).start()
-    try:
-        yield f"http://127.0.0.1:{httpd.server_address[1]}"
-    finally:
-        httpd.shutdown()
-        httpd.server_close()
+    return local_server(Handler)

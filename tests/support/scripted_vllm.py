@@ -8,7 +8,6 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
@@ -16,6 +15,7 @@ from batchtop.core_engine.attach.monitor import AttachFrame, Monitor
 from batchtop.core_engine.attach.sample import parse_exposition
 from batchtop.core_engine.serve.exporter import ITERATION_TOKEN_BUCKETS, request_token_buckets
 from tests.support.attach_helpers import live
+from tests.support.local_http import Answering, local_server
 
 
 @dataclass(frozen=True)
@@ -87,27 +87,13 @@ def scripted_server(ticks: list[Tick]) -> Iterator[str]:
     server_state, texts = ScriptedVllm(), []
     lock = threading.Lock()
 
-    class Handler(BaseHTTPRequestHandler):
+    class Handler(Answering):
         def do_GET(self) -> None:  # noqa: N802 (http.server's name)
             with lock:
                 if len(texts) < len(ticks):
                     texts.append(server_state.text(ticks[len(texts)]))
                 body = (texts[-1] if texts else server_state.text(ticks[0])).encode()
-            self.send_response(200)
-            self.send_header("Content-Type", "text/plain; version=0.0.4")
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
+            self.answer(200, body)
 
-        def log_message(self, *args) -> None:
-            pass
-
-    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    httpd.daemon_threads = True
-    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{httpd.server_address[1]}"
-    finally:
-        httpd.shutdown()
-        httpd.server_close()
+    with local_server(Handler) as url:
+        yield url
