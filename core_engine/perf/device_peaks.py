@@ -2,7 +2,9 @@
 
 On CUDA they come from a datasheet table keyed by the NVML/torch device name (dense bf16 tensor-core
 FLOP/s, HBM/GDDR bandwidth). On a CPU, and on a GPU the table does not know, they are measured once
-with a short microbenchmark (a large copy and a square GEMM) and cached on disk per machine.
+with a short microbenchmark (a large copy and a square GEMM) and cached on disk per machine. Where
+batchtop's own CPU bf16 kernels run, each roof is the higher of that and what those kernels reach
+(kernel_peaks.py), so a step's fraction of the roof stays at most 1.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from pathlib import Path
 import torch
 
 from batchtop.core_engine.device import DTYPES, device_name
+from batchtop.core_engine.perf.kernel_peaks import kernel_peaks, kernels_in_use
 
 T, G = 1e12, 1e9
 GIB = 1 << 30
@@ -93,8 +96,12 @@ def measure_peaks(device: str, dtype: str, copy_mib: int = 256, gemm_n: int = 20
     b = torch.randn(gemm_n, gemm_n, device=device).to(DTYPES[dtype])
     gemm_s = _median_time(lambda: a @ b, device, 5)
     flops = 2 * gemm_n ** 3 / gemm_s
-    return DevicePeaks(device_name(device), flops, bandwidth,
-                       f"measured:copy {copy_mib} MiB + {dtype} GEMM {gemm_n}^3")
+    how = f"measured:copy {copy_mib} MiB + {dtype} GEMM {gemm_n}^3"
+    if kernels_in_use(device, dtype):
+        kernel_flops, kernel_bandwidth = kernel_peaks(gemm_n=gemm_n, gemv_mib=max(1, copy_mib // 4))
+        flops, bandwidth = max(flops, kernel_flops), max(bandwidth, kernel_bandwidth)
+        how += " + batchtop linear_bf16 GEMM and GEMV"
+    return DevicePeaks(device_name(device), flops, bandwidth, how)
 
 
 def cache_dir() -> Path:
@@ -104,6 +111,8 @@ def cache_dir() -> Path:
 
 def _cache_key(device: str, dtype: str) -> str:
     ident = f"{device_name(device)}|{device}|{dtype}|{torch.__version__}|{torch.get_num_threads()}"
+    if kernels_in_use(device, dtype):  # measured apart: the kernels' roofs are not torch's
+        ident += "|batchtop-kernels"
     return hashlib.sha1(ident.encode()).hexdigest()[:16]
 
 

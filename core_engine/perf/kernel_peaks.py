@@ -1,0 +1,54 @@
+"""The CPU roofs batchtop's own bf16 kernels reach, where they run.
+
+torch's bf16 GEMM and a tensor copy understate this CPU: batchtop's linear_bf16 (AVX512_BF16, weights
+packed once) runs a GEMM faster than torch's, and its GEMV streams a weight faster than a copy moves
+one, so a decode step measured against torch's roofs read above 100% of them. Where the kernels are
+active, device_peaks takes the higher of the two measurements for each roof: the best this machine
+was seen to do, which a step made of those same kernels cannot beat.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+import torch
+
+
+def kernels_in_use(device: str, dtype: str) -> bool:
+    """Whether bf16 linears run on batchtop's CPU kernels now (never builds them)."""
+    if device != "cpu" or dtype != "bfloat16":
+        return False
+    from batchtop.gpu_kernels import cpu_kernels
+    return cpu_kernels.active() and bool(torch.ops.batchtop_cpu.linear_bf16_supported())
+
+
+def best_time(fn: Callable[[], object], repeats: int) -> float:
+    """The fastest of `repeats` runs after one warm-up: a peak is the best the device was seen to do."""
+    fn()
+    best = float("inf")
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        fn()
+        best = min(best, time.perf_counter() - t0)
+    return best
+
+
+def kernel_peaks(gemm_n: int = 2048, gemm_rows: tuple[int, ...] = (16, 64), gemv_mib: int = 64) -> tuple[float, float]:
+    """(FLOP/s of linear_bf16 on its best of gemm_rows x gemm_n x gemm_n, weight bytes/s of its one-row
+    GEMV over a gemv_mib MiB weight)."""
+    from batchtop.gpu_kernels import cpu_kernels
+    torch.manual_seed(0)
+    weight = torch.randn(gemm_n, gemm_n).to(torch.bfloat16)
+    packed = cpu_kernels.pack_linear_bf16(weight)
+    flops = 0.0
+    for rows in gemm_rows:
+        x = torch.randn(rows, gemm_n).to(torch.bfloat16)
+        seconds = best_time(lambda: cpu_kernels.linear_bf16(x, packed, None, gemm_n), 7)
+        flops = max(flops, 2 * rows * gemm_n * gemm_n / seconds)
+    k = 4096
+    n = max(64, gemv_mib * (1 << 20) // (2 * k) // 64 * 64)
+    big = cpu_kernels.pack_linear_bf16(torch.randn(n, k).to(torch.bfloat16))
+    x1 = torch.randn(1, k).to(torch.bfloat16)
+    seconds = best_time(lambda: cpu_kernels.linear_bf16(x1, big, None, n), 7)
+    return flops, n * k * 2 / seconds
