@@ -14,6 +14,7 @@ from safetensors.torch import load_file, save_file
 
 from batchtop.core_engine.model import checkpoint
 from batchtop.tui.cli import main
+from tests.support.exits import assert_exit_2
 
 pytest.importorskip("transformers")
 
@@ -40,12 +41,6 @@ def edit_weights(model_dir, edit):
     edit(tensors)
     save_file(tensors, path, metadata={"format": "pt"})
     return path
-
-
-def assert_exit_2(result, *needles):
-    assert result.exit_code == 2, result.output
-    for needle in needles:
-        assert needle in result.output
 
 
 def test_a_good_checkpoint_runs(model_dir):

@@ -8,7 +8,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
-import threading
 
 import pytest
 from click.testing import CliRunner
@@ -27,6 +26,8 @@ from batchtop.core_engine.simulate.device import simulated_device
 from batchtop.core_engine.simulate.simulation import Simulation
 from batchtop.tui.cli import main
 from tests.conftest import make_requests, run_all, tiny_config
+from tests.support.deadline import returns_within
+from tests.support.exits import assert_exit_2
 
 TINY = ["--model", "tiny", "--device", "cpu", "--dtype", "float32"]
 PEAKS = DevicePeaks("Test GPU", 1e12, 1e11, "datasheet:test")
@@ -35,22 +36,6 @@ GOOD = {"compute_efficiency": 0.6, "memory_efficiency": 0.8, "attention_efficien
 
 def invoke(args):
     return CliRunner().invoke(main, args)
-
-
-def assert_exit_2(result, *fragments: str) -> None:
-    assert result.exit_code == 2, (result.exit_code, result.output, result.exception)
-    for fragment in fragments:
-        assert fragment in result.output, (fragment, result.output)
-    assert "Traceback" not in result.output
-
-
-def within(seconds: float, fn):
-    out: list = []
-    thread = threading.Thread(target=lambda: out.append(fn()), daemon=True)
-    thread.start()
-    thread.join(seconds)
-    assert out, f"did not return within {seconds} s"
-    return out[0]
 
 
 # -- 3: calibration constants bounded, the virtual clock unable to reach infinity ---------------------
@@ -87,7 +72,7 @@ def test_a_step_of_infinite_modelled_time_ends_the_run_with_an_error_and_writabl
     absurd = Calibration(compute_efficiency=1e-320, memory_efficiency=1e-320, attention_efficiency=1e-320,
                          step_overhead_s=0.001)
     engine = Simulation(simulated_device("h200"), PEAKS, absurd).engine(tiny_config())
-    result = within(60, lambda: run_workload(engine, make_requests(6, seed=1)))
+    result = returns_within(60, lambda: run_workload(engine, make_requests(6, seed=1)))
     assert isinstance(result.error, ValueError) and "finite" in str(result.error)
     assert not result.complete
     json.dumps(result.collector.summary(engine.config.as_dict(), complete=False, peaks=PEAKS), allow_nan=False)

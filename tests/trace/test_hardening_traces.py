@@ -12,6 +12,7 @@ import pytest
 from click.testing import CliRunner
 
 from batchtop.tui.cli import main
+from tests.support.exits import assert_exit_2
 
 TINY = ["--model", "tiny", "--device", "cpu", "--dtype", "float32"]
 
@@ -32,13 +33,6 @@ def recorded(tmp_path_factory) -> dict:
 
 def replay(path, *args: str):
     return CliRunner().invoke(main, ["replay", str(path), *args])
-
-
-def assert_exit_2(result, *fragments: str) -> None:
-    assert result.exit_code == 2, (result.exit_code, result.output, result.exception)
-    assert not isinstance(result.exception, Exception) or isinstance(result.exception, SystemExit)
-    for fragment in fragments:
-        assert fragment in result.output, (fragment, result.output)
 
 
 def events_of(recorded: dict) -> list[dict]:

@@ -10,6 +10,7 @@ from batchtop.core_engine.sched.request import Request, SamplingParams
 from batchtop.core_engine.worker.sampler import (Sampler, SamplingBatch, sample_nucleus_rejection,
                                                  sample_nucleus_sorted, uniforms)
 from tests.conftest import make_requests, run_all, tiny_config
+from tests.support.deadline import returns_within
 
 V = 12
 
@@ -89,19 +90,6 @@ def test_different_seeds_give_different_tokens_and_greedy_is_unchanged_by_sample
 
 
 # -- tiny values and bounded loops (issue 29: top_p 1e-300 froze the engine) ---------------------------
-
-def returns_within(seconds: float, fn):
-    """fn()'s result, or a failure when it has not returned in time (a loop without end: the
-    thread is left spinning, but the test says so instead of hanging the suite)."""
-    import threading
-
-    out: list = []
-    thread = threading.Thread(target=lambda: out.append(fn()), daemon=True)
-    thread.start()
-    thread.join(seconds)
-    assert out, f"did not return within {seconds} s"
-    return out[0]
-
 
 @pytest.mark.parametrize("method", [sample_nucleus_sorted, sample_nucleus_rejection])
 def test_a_top_p_that_float32_rounds_to_zero_keeps_only_the_top_token(method):
