@@ -22,6 +22,7 @@ from batchtop.core_engine.device import DTYPES
 from batchtop.core_engine.errors import BadInput, ConfigError
 from batchtop.core_engine.model.hf_config import read_json
 from batchtop.core_engine.model.llama import LlamaForCausalLM, empty_model, hf_parameter_shapes, hf_parameters
+from batchtop.core_engine.proc_info import kib_field
 
 INDEX_FILE = "model.safetensors.index.json"
 SINGLE_FILE = "model.safetensors"
@@ -132,14 +133,7 @@ def available_memory(device: str) -> int | None:
     """Bytes free for new tensors: free GPU memory, or MemAvailable on the CPU (None if unknown)."""
     if device == "cuda":
         return torch.cuda.mem_get_info()[0]
-    try:
-        with open("/proc/meminfo", encoding="ascii") as f:
-            for line in f:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        pass
-    return None
+    return kib_field("/proc/meminfo", "MemAvailable")
 
 
 def check_fits(config: ModelConfig, dtype: str, device: str, option: str = "model") -> None:

@@ -23,6 +23,7 @@ from jinja2 import TemplateSyntaxError
 
 from batchtop.core_engine.model.chat_template import (PromptTooLong, TemplateBroken, TemplateRefused,
                                                       compile_template, render)
+from batchtop.core_engine.proc_info import kib_field
 
 
 class _Deadline(BaseException):
@@ -33,20 +34,9 @@ def _on_alarm(_signum, _frame) -> None:
     raise _Deadline
 
 
-def _address_space() -> int | None:
-    try:
-        with open("/proc/self/status", encoding="ascii") as f:
-            for line in f:
-                if line.startswith("VmSize:"):
-                    return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        pass
-    return None
-
-
 def limit_memory(budget: int) -> None:
     """What the interpreter already maps, plus `budget` bytes for renders."""
-    now = _address_space()
+    now = kib_field("/proc/self/status", "VmSize")
     if now is not None:
         resource.setrlimit(resource.RLIMIT_AS, (now + budget, now + budget))
 
