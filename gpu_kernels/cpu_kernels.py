@@ -39,7 +39,6 @@ _lock = threading.Lock()
 _active = False  # loaded into this process and in use
 _tried = False  # a foreground build or load has been attempted (and failed, if not _active)
 _background: ChildBuild | None = None
-_generation = 0  # bumped when the kernels come in: anything that cached a choice of path looks again
 
 
 def _disabled() -> bool:
@@ -51,7 +50,7 @@ def _disabled() -> bool:
 
 def _activate(directory) -> bool:
     """Load the built library into this process; True when every op registered."""
-    global _active, _generation
+    global _active
     try:
         torch.ops.load_library(str(library_path(directory)))
     except Exception as exc:  # a library built for another CPU, a broken file
@@ -61,7 +60,6 @@ def _activate(directory) -> bool:
         _why.append(f"{library_path(directory)} lacks some of its ops")
         return False
     _active = True
-    _generation += 1
     return True
 
 
@@ -121,7 +119,8 @@ def background_state() -> BuildState | None:
 
 def switch_in() -> bool:
     """Between two steps, on the thread that runs them: bring a finished background build in; True when
-    the kernels became active now (cached choices of path must be made again: see `generation`)."""
+    the kernels became active now (the engine then makes its cached choices of path again:
+    core_engine/worker/kernel_switch.py)."""
     global _background, _tried
     build = _background
     if _active or build is None or not build.finished.is_set():
@@ -144,9 +143,6 @@ def active() -> bool:
     """Whether the kernels run now; never builds (a UI thread may ask)."""
     return _active
 
-
-def generation() -> int:
-    return _generation
 
 
 def available() -> bool:
