@@ -120,7 +120,7 @@ template <typename T>
 inline void prefetch_tokens(const Job& job, const Pool& pool, int lines, Cursor& at, int64_t count) {
   const T* kc = static_cast<const T*>(pool.k);
   const T* vc = static_cast<const T*>(pool.v);
-  if (pool.head_offset == 0)  // whole tokens lines = static_cast<int>((pool.token_stride * sizeof(T) + 63) / 64);
+  if (pool.head_offset == 0) lines = static_cast<int>((pool.token_stride * sizeof(T) + 63) / 64);  // whole tokens
   for (int64_t j = 0; j < count; ++j) {
     const int64_t i = (job.table[at.block] * pool.block_size + at.offset) * pool.token_stride + pool.head_offset;
     const char* kp = reinterpret_cast<const char*>(kc + i);
