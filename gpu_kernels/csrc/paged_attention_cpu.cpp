@@ -375,7 +375,20 @@ void run_all(const at::Tensor& out, const at::Tensor& q, const at::Tensor& k_cac
     Cursor at;
     if (job.context > 0) prefetch_tokens<T>(job, pool_at(i), lines, at, std::min(PREFETCH_TOKENS, job.context));
   };
-  at::parallel_for(0, rows * kv_heads, 1, [&](int64_t begin, int64_t end) {
+  // Each thread takes a run of jobs of about equal cost (keys to read, plus a tile's worth for the setup),
+  // not of equal count: a mixed step's decode rows see hundreds of keys, its prompt rows a few dozen.
+  // Which thread computes a job changes none of its bits.
+  const int64_t jobs = rows * kv_heads;
+  std::vector<int64_t> cost_before(jobs + 1, 0);
+  for (int64_t i = 0; i < jobs; ++i) cost_before[i + 1] = cost_before[i] + std::max<int64_t>(lens[i / kv_heads], 0) + 16;
+  const int64_t parts = std::min<int64_t>(at::get_num_threads(), jobs);
+  const auto first_job = [&](int64_t part) {  // where part's share of the cost starts; jobs for part == parts
+    const int64_t share = cost_before[jobs] * part / parts;
+    return static_cast<int64_t>(std::lower_bound(cost_before.begin(), cost_before.end() - 1, share) - cost_before.begin());
+  };
+  at::parallel_for(0, parts, 1, [&](int64_t first_part, int64_t end_part) {
+    const int64_t begin = first_job(first_part), end = first_job(end_part);
+    if (begin >= end) return;
     std::vector<float> work;
     prefetch_start(begin);
     for (int64_t i = begin; i < end; ++i) {

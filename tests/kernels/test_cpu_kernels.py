@@ -112,6 +112,30 @@ def test_a_row_is_the_same_whatever_shares_its_batch():
         assert torch.equal(alone[0], batch[r])
 
 
+@pytest.mark.parametrize("num_threads", [1, 2, 3, 7])
+def test_every_row_is_computed_and_the_same_however_many_threads_share_the_rows(num_threads):
+    """The rows are split between threads by the keys they read, not by count: one long row among
+    short ones, zero-length rows, and more threads than rows still give every row, bit for bit."""
+    gen = torch.Generator().manual_seed(5)
+    k_cache, v_cache = pool(80, 16, 2, 64, torch.bfloat16, gen)
+    lens = torch.tensor([900, 0, 1, 2, 3, 0, 40, 5])
+    tables = torch.randint(0, 80, (8, 57), generator=gen)  # rows may share blocks: they only read them
+    q = torch.randn(8, 6, 64, generator=gen).to(torch.bfloat16)
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        alone = cpu_kernels.paged_attention(q, k_cache, v_cache, tables, None, lens, 0.125)
+        torch.set_num_threads(num_threads)
+        shared = cpu_kernels.paged_attention(q, k_cache, v_cache, tables, None, lens, 0.125)
+    finally:
+        torch.set_num_threads(before)
+    assert torch.equal(shared, alone)
+    want = paged_decode_attention(q.float(), k_cache.float(), v_cache.float(), tables, lens.clamp(min=1), 0.125)
+    live = lens > 0
+    torch.testing.assert_close(shared[live].float(), want[live], **TOLERANCE[torch.bfloat16])
+    assert not shared[~live].any()  # nothing to attend to: zeros
+
+
 def test_a_bad_call_names_what_is_wrong():
     k_cache = torch.zeros(4, 16, 2, 64)
     q = torch.zeros(2, 4, 64)
