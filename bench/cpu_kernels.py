@@ -10,7 +10,7 @@ cpu-demo's shapes (16 heads, 4 KV heads, head_dim 64, hidden 1024, intermediate 
 - the decoder layer's elementwise steps at 8 and 64 rows: RMSNorm, residual add + RMSNorm, SiLU-and-mul
   and RoPE as fused passes vs the torch ops;
 - SmolLM2's four layer GEMMs (qkv, o_proj, gate_up with SiLU-and-mul, down_proj) over 30 layers of
-  cold weights, at 2, 16 and 84 rows: the kernel vs F.linear (oneDNN), and the kernel's GFLOP/s;
+  cold weights, at 2, 8, 16 and 84 rows: the kernel vs F.linear (oneDNN), and the kernel's GFLOP/s;
 - decode attention over a cold pool in SmolLM2's shapes (9 heads on 3 KV heads, 30 layers of 1024
   blocks in random order, far more than the caches hold): the rate the kernel reads the pool at vs
   a contiguous copy of as many bytes, the rate this machine streams memory at.
@@ -123,7 +123,7 @@ def layer_gemms(gen: torch.Generator) -> None:
         layers.append(layer)
     flops_per_row = 2 * 30 * sum(n * k for n, k, _ in shapes)
     print("SmolLM2's layer GEMMs, 30 layers of cold weights (F.linear: oneDNN; the SiLU-and-mul apart):")
-    for rows in (2, 16, 84):
+    for rows in (2, 8, 16, 84):
         xs = {k: torch.randn(rows, k, generator=gen).to(torch.bfloat16) for k in (hidden, inter)}
 
         def ours():

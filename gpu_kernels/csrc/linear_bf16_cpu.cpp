@@ -9,14 +9,15 @@
 //
 // Up to 6 rows are one register tile over the whole of K. More rows go through K in chunks of CHUNK
 // pairs: every row tile runs over a chunk (the first reads it from memory, the others find it in L1)
-// before the next chunk, and the second tile prefetches the next chunk into L2 as it goes, so the
-// first tile of each chunk finds it there: streaming the weights from DRAM overlaps the arithmetic
-// instead of coming before it. Without that prefetch a 16-row SmolLM2 step's GEMMs took about the DRAM
-// time plus the compute time (203 GFLOP/s on two cores); with it, 241 (both builds alternating in one
-// process; bench/cpu_kernels.py measures the kernel against torch's F.linear). The tiles' fp32 sums wait in a per-thread buffer between chunks (stored and loaded
-// exactly), so each output element is still accumulated in fp32 over p in order, one accumulator per
-// element, whatever the number of rows and however they are tiled: a row's result is the same alone and
-// in any batch, and the same as with one tile over the whole of K.
+// before the next chunk, and the first two tiles prefetch the next chunk into L2 as they go, so that
+// streaming the weights from DRAM overlaps the arithmetic instead of coming before it. Without that
+// prefetch the GEMMs of a SmolLM2 step took about the DRAM time plus the compute time: 203 GFLOP/s at
+// 16 rows and 132 at 8 on two cores, 232 and 162 with it (both builds alternating in one process;
+// bench/cpu_kernels.py sets the kernel against torch's F.linear). The tiles' fp32 sums wait in a
+// per-thread buffer between chunks (stored and loaded exactly), so each output element is still
+// accumulated in fp32 over p in order, one accumulator per element, whatever the number of rows and
+// however they are tiled: a row's result is the same alone and in any batch, and the same as with one
+// tile over the whole of K.
 //
 // The threads split the output columns at 16-column blocks (not 64-column groups), so that N = 576 (9
 // groups) splits evenly; a thread's range may start or end inside a group.
@@ -121,7 +122,7 @@ void run_blocks(const LinearArgs& a, int64_t begin, int64_t end) {
       for (int64_t t = 0; t < tiles; ++t) {
         const int64_t take = std::min<int64_t>(MAX_ROWS, rows - t * MAX_ROWS);
         KERNELS[nb][take](a.x + t * MAX_ROWS * a.x_stride + 2 * p0, a.x_stride, wg + p0 * LINE, np,
-                          acc.data() + t * MAX_ROWS * GROUP, p0 == 0, t > 0, t == 1 ? next : nullptr);
+                          acc.data() + t * MAX_ROWS * GROUP, p0 == 0, t > 0, tiles > 1 && t <= 1 ? next : nullptr);
       }
     }
     for (int64_t r = 0; r < rows; ++r) {
