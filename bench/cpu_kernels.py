@@ -8,7 +8,12 @@ cpu-demo's shapes (16 heads, 4 KV heads, head_dim 64, hidden 1024, intermediate 
 - one prompt chunk at several lengths, fresh and continuing after 128 cached tokens: the kernel's
   varlen rows vs SDPA (with the gather the continuation needs);
 - the decoder layer's elementwise steps at 8 and 64 rows: RMSNorm, residual add + RMSNorm, SiLU-and-mul
-  and RoPE as fused passes vs the torch ops.
+  and RoPE as fused passes vs the torch ops;
+- SmolLM2's four layer GEMMs (qkv, o_proj, gate_up with SiLU-and-mul, down_proj) over 30 layers of
+  cold weights, at 2, 8, 16 and 84 rows: the kernel vs F.linear (oneDNN), and the kernel's GFLOP/s;
+- decode attention over a cold pool in SmolLM2's shapes (9 heads on 3 KV heads, 30 layers of 1024
+  blocks in random order, far more than the caches hold): the rate the kernel reads the pool at vs
+  a contiguous copy of as many bytes, the rate this machine streams memory at.
 Each pair is timed alternately (median of rounds), so a noisy neighbour hits both; the ratio is what
 counts.
 """
@@ -98,6 +103,79 @@ def main() -> None:
         pair(f"{rows} rows: SiLU(gate) * up", lambda: cpu_kernels.silu_and_mul(gate_up),
              lambda: F.silu(gate_up[:, :INTER]) * gate_up[:, INTER:])
         pair(f"{rows} rows: RoPE on q and k", lambda: cpu_kernels.rope_(qk, cos, sin), lambda: apply_rope(qk, cos, sin))
+    del k_cache, v_cache
+    if dtype == torch.bfloat16 and cpu_kernels.linear_bf16_usable():
+        layer_gemms(gen)
+    cold_pool(dtype, gen)
+
+
+def layer_gemms(gen: torch.Generator) -> None:
+    """A SmolLM2 step's 120 layer GEMMs, each weight read from DRAM: 212 MB, more than the caches hold."""
+    hidden, inter, qkv = 576, 1536, 960
+    shapes = [(qkv, hidden, False), (hidden, hidden, False), (2 * inter, hidden, True), (hidden, inter, False)]
+    layers = []
+    for _ in range(30):
+        layer = []
+        for n, k, halves in shapes:
+            w = torch.randn(n, k, generator=gen).to(torch.bfloat16)
+            packed = cpu_kernels.pack_linear_bf16(w, n // 2 if halves else 0)
+            layer.append((w, packed, n, halves))
+        layers.append(layer)
+    flops_per_row = 2 * 30 * sum(n * k for n, k, _ in shapes)
+    print("SmolLM2's layer GEMMs, 30 layers of cold weights (F.linear: oneDNN; the SiLU-and-mul apart):")
+    for rows in (2, 8, 16, 84):
+        xs = {k: torch.randn(rows, k, generator=gen).to(torch.bfloat16) for k in (hidden, inter)}
+
+        def ours():
+            for layer in layers:
+                for w, packed, n, halves in layer:
+                    if halves:
+                        cpu_kernels.silu_mul_linear_bf16(xs[w.shape[1]], packed, None, n // 2)
+                    else:
+                        cpu_kernels.linear_bf16(xs[w.shape[1]], packed, None, n)
+
+        def theirs():
+            for layer in layers:
+                for w, _, n, halves in layer:
+                    y = F.linear(xs[w.shape[1]], w)
+                    if halves:
+                        cpu_kernels.silu_and_mul(y)
+
+        a, b = [], []
+        for _ in range(5):
+            a.append(timed(ours, 1))
+            b.append(timed(theirs, 1))
+        mine, ref = statistics.median(a), statistics.median(b)
+        print(f"  {rows:2d} rows: kernel {1e3 * mine:7.2f} ms ({rows * flops_per_row / mine / 1e9:4.0f} GFLOP/s)   "
+              f"F.linear {1e3 * ref:7.2f} ms   {ref / mine:5.2f}x")
+
+
+def cold_pool(dtype: torch.dtype, gen: torch.Generator) -> None:
+    """A decode step's attention over all 30 layers, each layer's pool evicted by the others."""
+    heads, kv_heads, layers, blocks = 9, 3, 30, 1024
+    pools = [(torch.randn(blocks, BS, kv_heads, HD, generator=gen).to(dtype),
+              torch.randn(blocks, BS, kv_heads, HD, generator=gen).to(dtype)) for _ in range(layers)]
+    print(f"decode attention over a cold pool, SmolLM2 shapes ({layers} layers, blocks in random order):")
+    for rows, ctx in ((16, 128), (16, 512), (2, 1024), (1, 2000)):
+        n = ctx // BS
+        tables = torch.randperm(blocks, generator=gen)[:rows * n].view(rows, n)
+        lens = torch.full((rows,), ctx)
+        q = torch.randn(rows, heads, HD, generator=gen).to(dtype)
+        nbytes = 2 * rows * ctx * kv_heads * HD * q.element_size() * layers
+        src = torch.empty(nbytes // 2, dtype=torch.int16)  # as many bytes, read once, front to back
+        dst = torch.empty_like(src)
+
+        def attend():
+            for k, v in pools:
+                cpu_kernels.paged_attention(q, k, v, tables, None, lens, HD ** -0.5)
+
+        ours, copy = [], []
+        for _ in range(7):
+            ours.append(timed(attend, 1))
+            copy.append(timed(lambda: dst.copy_(src), 1))
+        t, c = statistics.median(ours), statistics.median(copy)
+        print(f"  {rows:2d} rows, context {ctx:4d}: {1e3 * t:6.2f} ms a step, {nbytes / t / 1e9:5.1f} GB/s read; "
+              f"a contiguous copy {2 * nbytes / c / 1e9:5.1f} GB/s (read + write)")
 
 
 if __name__ == "__main__":

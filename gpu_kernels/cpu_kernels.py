@@ -261,17 +261,14 @@ def silu_mul_linear_bf16(x: torch.Tensor, packed: torch.Tensor, bias: torch.Tens
     return out
 
 
-def decoder_layer_bf16(x: torch.Tensor, norms: tuple[torch.Tensor, torch.Tensor],
-                       linears: tuple[tuple[torch.Tensor, torch.Tensor | None], ...], cos: torch.Tensor,
-                       sin: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, slot_mapping: torch.Tensor,
-                       block_tables: torch.Tensor, row_tables: torch.Tensor | None, context_lens: torch.Tensor,
-                       num_heads: int, eps: float, scale: float) -> None:
-    """One decoder layer on x (rows, hidden) in place: norms (input, post-attention), linears (pack, bias)
-    of qkv, o, gate_up (packed by halves) and down; this layer's pool; the attention's tables as for
-    paged_attention. Writes each row's K/V at its slot."""
-    (qkv, qkv_b), (o, o_b), (gate_up, gate_up_b), (down, down_b) = linears
-    torch.ops.batchtop_cpu.decoder_layer_bf16(x, norms[0], norms[1], qkv, qkv_b, o, o_b, gate_up, gate_up_b, down,
-                                              down_b, cos, sin, k_cache, v_cache, slot_mapping, block_tables,
+def decoder_layer_bf16(x: torch.Tensor, weights: tuple, cos: torch.Tensor, sin: torch.Tensor, k_cache: torch.Tensor,
+                       v_cache: torch.Tensor, slot_mapping: torch.Tensor, block_tables: torch.Tensor,
+                       row_tables: torch.Tensor | None, context_lens: torch.Tensor, num_heads: int, eps: float,
+                       scale: float) -> None:
+    """One decoder layer on x (rows, hidden) in place. weights: the input and post-attention norms, then
+    (pack, bias or None) of qkv, o, gate_up (packed by halves) and down, flat; this layer's pool; the
+    attention's tables as for paged_attention. Writes each row's K/V at its slot."""
+    torch.ops.batchtop_cpu.decoder_layer_bf16(x, *weights, cos, sin, k_cache, v_cache, slot_mapping, block_tables,
                                               row_tables, context_lens, num_heads, eps, scale)
 
 

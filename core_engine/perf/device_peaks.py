@@ -111,8 +111,9 @@ def cache_dir() -> Path:
 
 def _cache_key(device: str, dtype: str) -> str:
     ident = f"{device_name(device)}|{device}|{dtype}|{torch.__version__}|{torch.get_num_threads()}"
-    if kernels_in_use(device, dtype):  # measured apart: the kernels' roofs are not torch's
-        ident += "|batchtop-kernels"
+    if kernels_in_use(device, dtype):  # measured apart, per build: the kernels' roofs are not torch's
+        from batchtop.gpu_kernels.cpu_kernel_build import build_key
+        ident += f"|batchtop-kernels-{build_key()}"
     return hashlib.sha1(ident.encode()).hexdigest()[:16]
 
 

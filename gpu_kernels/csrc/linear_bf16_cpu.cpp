@@ -8,12 +8,16 @@
 // bandwidth here) does not reach.
 //
 // Up to 6 rows are one register tile over the whole of K. More rows go through K in chunks of CHUNK
-// pairs: every row tile runs over a chunk (the first streams it from memory, the others find it in L1)
-// before the next chunk, so streaming the weights from DRAM overlaps the arithmetic instead of coming
-// before it. The tiles' fp32 sums wait in a per-thread buffer between chunks (stored and loaded
-// exactly), so each output element is still accumulated in fp32 over p in order, one accumulator per
-// element, whatever the number of rows and however they are tiled: a row's result is the same alone and
-// in any batch, and the same as with one tile over the whole of K.
+// pairs: every row tile runs over a chunk (the first reads it from memory, the others find it in L1)
+// before the next chunk, and the first two tiles prefetch the next chunk into L2 as they go, so that
+// streaming the weights from DRAM overlaps the arithmetic instead of coming before it. Without that
+// prefetch the GEMMs of a SmolLM2 step took about the DRAM time plus the compute time: 203 GFLOP/s at
+// 16 rows and 132 at 8 on two cores, 232 and 162 with it (both builds alternating in one process;
+// bench/cpu_kernels.py sets the kernel against torch's F.linear). The tiles' fp32 sums wait in a
+// per-thread buffer between chunks (stored and loaded exactly), so each output element is still
+// accumulated in fp32 over p in order, one accumulator per element, whatever the number of rows and
+// however they are tiled: a row's result is the same alone and in any batch, and the same as with one
+// tile over the whole of K.
 //
 // The threads split the output columns at 16-column blocks (not 64-column groups), so that N = 576 (9
 // groups) splits evenly; a thread's range may start or end inside a group.
@@ -49,10 +53,11 @@ constexpr int64_t PREFETCH = 16;
 
 #if defined(__AVX512BF16__)
 // R rows (x_stride apart) times NB blocks of the group's lines, over np pairs from `line`; the sums start
-// at zero (fresh) or from acc, and end in acc: acc[(r * NB + b) * 16 + lane].
+// at zero (fresh) or from acc, and end in acc: acc[(r * NB + b) * 16 + lane]. `next`, when given: lines
+// to prefetch into L2, one pair's worth per pair walked.
 template <int R, int NB>
 void accumulate(const c10::BFloat16* x, int64_t x_stride, const char* line, int64_t np, float* acc_io, bool fresh,
-                bool prefetch) {
+                bool prefetch, const char* next) {
   __m512 acc[R][NB];
   for (int r = 0; r < R; ++r)
     for (int b = 0; b < NB; ++b)
@@ -60,6 +65,10 @@ void accumulate(const c10::BFloat16* x, int64_t x_stride, const char* line, int6
   for (int64_t p = 0; p < np; ++p, line += LINE) {
     if (prefetch)
       for (int b = 0; b < NB; ++b) _mm_prefetch(line + PREFETCH * LINE + 64 * b, _MM_HINT_T0);
+    if (next != nullptr) {
+      for (int b = 0; b < NB; ++b) _mm_prefetch(next + 64 * b, _MM_HINT_T1);
+      next += LINE;
+    }
     __m512bh wl[NB];
     for (int b = 0; b < NB; ++b) wl[b] = (__m512bh)_mm512_loadu_si512(line + 64 * b);
     for (int r = 0; r < R; ++r) {
@@ -73,7 +82,7 @@ void accumulate(const c10::BFloat16* x, int64_t x_stride, const char* line, int6
     for (int b = 0; b < NB; ++b) _mm512_storeu_ps(acc_io + (r * NB + b) * 16, acc[r][b]);
 }
 
-using Accumulate = void (*)(const c10::BFloat16*, int64_t, const char*, int64_t, float*, bool, bool);
+using Accumulate = void (*)(const c10::BFloat16*, int64_t, const char*, int64_t, float*, bool, bool, const char*);
 template <int NB>
 constexpr Accumulate BY_ROWS[MAX_ROWS + 1] = {nullptr,           accumulate<1, NB>, accumulate<2, NB>,
                                               accumulate<3, NB>, accumulate<4, NB>, accumulate<5, NB>,
@@ -107,10 +116,13 @@ void run_blocks(const LinearArgs& a, int64_t begin, int64_t end) {
     const char* wg = weights + g * pairs * LINE + lo * 64;
     for (int64_t p0 = 0; p0 < pairs; p0 += chunk) {
       const int64_t np = std::min(chunk, pairs - p0);
+      // What the first tile reads next: this group's next chunk, else the next group's first.
+      const char* next = p0 + chunk < pairs ? wg + (p0 + chunk) * LINE
+                         : (g + 1) * BLOCKS < end ? weights + (g + 1) * pairs * LINE : nullptr;
       for (int64_t t = 0; t < tiles; ++t) {
         const int64_t take = std::min<int64_t>(MAX_ROWS, rows - t * MAX_ROWS);
         KERNELS[nb][take](a.x + t * MAX_ROWS * a.x_stride + 2 * p0, a.x_stride, wg + p0 * LINE, np,
-                          acc.data() + t * MAX_ROWS * GROUP, p0 == 0, t > 0);
+                          acc.data() + t * MAX_ROWS * GROUP, p0 == 0, t > 0, tiles > 1 && t <= 1 ? next : nullptr);
       }
     }
     for (int64_t r = 0; r < rows; ++r) {

@@ -17,6 +17,7 @@
 #include <cstdint>
 #include <limits>
 #include <optional>
+#include <type_traits>
 #include <vector>
 
 #include "cpu_vec.h"
@@ -102,6 +103,36 @@ inline __m512 reduce16(const __m512 (&a)[16]) {
                        _mm512_shuffle_f32x4(x01, x23, _MM_SHUFFLE(3, 1, 3, 1)));
 }
 
+// A pool that has served a few hundred requests hands out blocks in no order, so every block starts a
+// stream the hardware prefetchers have not seen: left to them, the walk over a cold pool read 6-7 GB/s
+// of the 35 this 2-core host streams (bench/cpu_kernels.py). The walk prefetches each job's keys and
+// values into L2 a block ahead through the same block table, and the first KV head's job fetches
+// whole tokens (a token's heads sit side by side), so the other heads' jobs, run next on the same
+// thread, find them in cache: about twice as fast on a cold pool.
+constexpr int64_t PREFETCH_TOKENS = 16;
+
+struct Cursor {  // a token's place in a row's block table, advanced without a division per token
+  int64_t block = 0, offset = 0;
+};
+
+// Prefetches the K and V lines of `count` tokens from `at` on (`lines` cache lines a head); advances `at`.
+template <typename T>
+inline void prefetch_tokens(const Job& job, const Pool& pool, int lines, Cursor& at, int64_t count) {
+  const T* kc = static_cast<const T*>(pool.k);
+  const T* vc = static_cast<const T*>(pool.v);
+  if (pool.head_offset == 0) lines = static_cast<int>((pool.token_stride * sizeof(T) + 63) / 64);  // whole tokens
+  for (int64_t j = 0; j < count; ++j) {
+    const int64_t i = (job.table[at.block] * pool.block_size + at.offset) * pool.token_stride + pool.head_offset;
+    const char* kp = reinterpret_cast<const char*>(kc + i);
+    const char* vp = reinterpret_cast<const char*>(vc + i);
+    for (int l = 0; l < lines; ++l) {
+      _mm_prefetch(kp + 64 * l, _MM_HINT_T1);
+      _mm_prefetch(vp + 64 * l, _MM_HINT_T1);
+    }
+    if (++at.offset == pool.block_size) at.offset = 0, ++at.block;
+  }
+}
+
 // C = head_dim / 16 vectors per head, G query heads per KV head (0: a runtime group). With both fixed,
 // the query heads and the accumulators stay in registers. Keys are walked block by block.
 template <typename T, int C, int G>
@@ -125,8 +156,11 @@ void attend_avx512(const Job& job, const Pool& pool, int runtime_group, float sc
   // whose lane sums are reduced together (reduce16), not one horizontal sum per key.
   alignas(64) float kt[16 * HD];
   int64_t block = 0, offset = 0;  // where key t0 sits, advanced without a division per key
+  Cursor ahead{std::min(PREFETCH_TOKENS, n) / bs, std::min(PREFETCH_TOKENS, n) % bs};  // run_all fetched those
   for (int64_t t0 = 0; t0 < n; t0 += 16) {
     const int64_t len = std::min<int64_t>(16, n - t0);
+    if (t0 + PREFETCH_TOKENS < n)
+      prefetch_tokens<T>(job, pool, HD * sizeof(T) / 64, ahead, std::min<int64_t>(16, n - t0 - PREFETCH_TOKENS));
     for (int64_t j = 0; j < 16; ++j) {
       if (j < len) {
         const T* kp = kc + (job.table[block] * bs + offset) * pool.token_stride + pool.head_offset;
@@ -185,6 +219,121 @@ void attend_avx512(const Job& job, const Pool& pool, int runtime_group, float sc
   }
 }
 
+#if defined(__AVX512BF16__)
+// bf16 pools on AVX512_BF16, in one pass over the keys (an online softmax, as flash attention): each
+// tile of 16 keys is scored, folded into the running max and sum, and its values added in at once,
+// so keys and values stream from the pool together and no score buffer is written. Scores are
+// vdpbf16ps over the bf16 query and keys (the products are exact, summed in fp32); the unnormalised
+// probabilities are rounded to bf16 for the value sum, as torch's CPU flash attention rounds them,
+// and the values are summed as bf16 pairs of keys (j, j+1) by vdpbf16ps, in fp32.
+//
+// P = head_dim / 32 bf16 vectors per head (2 for head_dim 64, 4 for 128), G query heads per KV head.
+// unpacklo/hi_epi16 of two keys' value vectors interleave their dims by pairs within each 128-bit
+// lane: the lo half holds dims 8k..8k+3 of lane k, the hi half 8k+4..8k+7, put back in order at the end.
+template <int P, int G>
+void attend_bf16_onepass(const Job& job, const Pool& pool, int runtime_group, float scale) {
+  using bf16 = c10::BFloat16;
+  constexpr int HD = 32 * P;
+  constexpr int AG = G > 0 ? G : 16;
+  const int group = G > 0 ? G : runtime_group;
+  const bf16* q = static_cast<const bf16*>(job.q);
+  const bf16* kc = static_cast<const bf16*>(pool.k);
+  const bf16* vc = static_cast<const bf16*>(pool.v);
+  const int64_t n = job.context, bs = pool.block_size;
+
+  __m512bh qv[AG][P];
+  for (int g = 0; g < group; ++g)
+    for (int c = 0; c < P; ++c)
+      qv[g][c] = (__m512bh)_mm512_loadu_si512(q + g * job.q_head_stride + 32 * c);
+  __m512 acc[AG][2 * P];  // [2c]: the lo dims of vector c, [2c + 1]: its hi dims
+  float run_max[AG], run_sum[AG];
+  for (int g = 0; g < group; ++g) {
+    for (int c = 0; c < 2 * P; ++c) acc[g][c] = _mm512_setzero_ps();
+    run_max[g] = -std::numeric_limits<float>::infinity();
+    run_sum[g] = 0.f;
+  }
+  const __m512 vscale = _mm512_set1_ps(scale);
+  const __m512 ninf = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
+
+  Cursor at, ahead{std::min(PREFETCH_TOKENS, n) / bs, std::min(PREFETCH_TOKENS, n) % bs};  // run_all fetched those
+  const bf16* key[16];
+  for (int64_t t0 = 0; t0 < n; t0 += 16) {
+    const int len = static_cast<int>(std::min<int64_t>(16, n - t0));
+    if (t0 + PREFETCH_TOKENS < n)
+      prefetch_tokens<bf16>(job, pool, HD * 2 / 64, ahead, std::min<int64_t>(16, n - t0 - PREFETCH_TOKENS));
+    for (int j = 0; j < 16; ++j) {  // past the context: the last key again, its weight 0
+      if (j < len) {
+        key[j] = kc + (job.table[at.block] * bs + at.offset) * pool.token_stride + pool.head_offset;
+        if (++at.offset == bs) at.offset = 0, ++at.block;
+      } else {
+        key[j] = key[len - 1];
+      }
+    }
+    const __mmask16 valid = static_cast<__mmask16>((1u << len) - 1);
+    alignas(32) uint32_t pairs[AG][8];  // each head's weights for the tile as bf16 pairs (key 2i, key 2i + 1)
+    for (int g = 0; g < group; ++g) {
+      __m512 a[16];
+      for (int j = 0; j < 16; ++j) {
+        a[j] = _mm512_dpbf16_ps(_mm512_setzero_ps(), qv[g][0], (__m512bh)_mm512_loadu_si512(key[j]));
+        for (int c = 1; c < P; ++c)
+          a[j] = _mm512_dpbf16_ps(a[j], qv[g][c], (__m512bh)_mm512_loadu_si512(key[j] + 32 * c));
+      }
+      const __m512 s = _mm512_mask_blend_ps(valid, ninf, _mm512_mul_ps(reduce16(a), vscale));
+      const float m = std::max(run_max[g], _mm512_reduce_max_ps(s));
+      const float alpha = std::exp(run_max[g] - m);  // exp(-inf) = 0 on the first tile
+      const __m512 e = exp16(_mm512_sub_ps(s, _mm512_set1_ps(m)));
+      run_sum[g] = run_sum[g] * alpha + _mm512_reduce_add_ps(e);
+      run_max[g] = m;
+      const __m512 va = _mm512_set1_ps(alpha);
+      for (int c = 0; c < 2 * P; ++c) acc[g][c] = _mm512_mul_ps(acc[g][c], va);
+      _mm256_store_si256(reinterpret_cast<__m256i*>(pairs[g]), (__m256i)_mm512_cvtneps_pbh(e));
+    }
+    for (int j = 0; j < 16; j += 2) {  // each pair of keys' values read once for all the query heads
+      const bf16* v0 = vc + (key[j] - kc);
+      const bf16* v1 = vc + (key[j + 1] - kc);
+      __m512bh lo[P], hi[P];
+      for (int c = 0; c < P; ++c) {
+        const __m512i x = _mm512_loadu_si512(v0 + 32 * c), y = _mm512_loadu_si512(v1 + 32 * c);
+        lo[c] = (__m512bh)_mm512_unpacklo_epi16(x, y);
+        hi[c] = (__m512bh)_mm512_unpackhi_epi16(x, y);
+      }
+      for (int g = 0; g < group; ++g) {
+        const __m512bh w = (__m512bh)_mm512_set1_epi32(static_cast<int>(pairs[g][j / 2]));
+        for (int c = 0; c < P; ++c) {
+          acc[g][2 * c] = _mm512_dpbf16_ps(acc[g][2 * c], w, lo[c]);
+          acc[g][2 * c + 1] = _mm512_dpbf16_ps(acc[g][2 * c + 1], w, hi[c]);
+        }
+      }
+    }
+  }
+  // Lane i of lo is dim 8 (i / 4) + i % 4 of its 32; of hi, that + 4. Dims 0-15 are lo 0-3, hi 0-3,
+  // lo 4-7, hi 4-7; dims 16-31 the same from lanes 8-15.
+  const __m512i first = _mm512_setr_epi32(0, 1, 2, 3, 16, 17, 18, 19, 4, 5, 6, 7, 20, 21, 22, 23);
+  const __m512i second = _mm512_setr_epi32(8, 9, 10, 11, 24, 25, 26, 27, 12, 13, 14, 15, 28, 29, 30, 31);
+  bf16* out = static_cast<bf16*>(job.out);
+  for (int g = 0; g < group; ++g) {
+    const __m512 inv = _mm512_set1_ps(1.f / run_sum[g]);
+    for (int c = 0; c < P; ++c) {
+      const __m512 lo = acc[g][2 * c], hi = acc[g][2 * c + 1];
+      store16(out + g * job.out_head_stride + 32 * c, _mm512_mul_ps(_mm512_permutex2var_ps(lo, first, hi), inv));
+      store16(out + g * job.out_head_stride + 32 * c + 16, _mm512_mul_ps(_mm512_permutex2var_ps(lo, second, hi), inv));
+    }
+  }
+}
+
+template <int P>
+void attend_bf16_group(const Job& job, const Pool& pool, int group, float scale) {
+  switch (group) {
+    case 1: return attend_bf16_onepass<P, 1>(job, pool, group, scale);
+    case 2: return attend_bf16_onepass<P, 2>(job, pool, group, scale);
+    case 3: return attend_bf16_onepass<P, 3>(job, pool, group, scale);
+    case 4: return attend_bf16_onepass<P, 4>(job, pool, group, scale);
+    case 8: return attend_bf16_onepass<P, 8>(job, pool, group, scale);
+    default: return attend_bf16_onepass<P, 0>(job, pool, group, scale);
+  }
+}
+#endif
+
 template <typename T, int C>
 void attend_avx512_group(const Job& job, const Pool& pool, int group, float scale, std::vector<float>& work) {
   switch (group) {
@@ -212,18 +361,51 @@ void run_all(const at::Tensor& out, const at::Tensor& q, const at::Tensor& k_cac
   const int64_t* lens = context_lens.data_ptr<int64_t>();
   const int64_t table_stride = block_tables.stride(0);
   const float fscale = static_cast<float>(scale);
-  at::parallel_for(0, rows * kv_heads, 1, [&](int64_t begin, int64_t end) {
+  const auto job_at = [&](int64_t i) {
+    const int64_t r = i / kv_heads, h = i % kv_heads;
+    return Job{qp + r * q.stride(0) + h * group * q.stride(1), q.stride(1), tables + (which ? which[r] : r) * table_stride,
+               lens[r], op + r * out.stride(0) + h * group * out.stride(1), out.stride(1)};
+  };
+  const auto pool_at = [&](int64_t i) {
+    return Pool{k_cache.data_ptr<T>(), v_cache.data_ptr<T>(), k_cache.size(1), kv_heads * hd, (i % kv_heads) * hd};
+  };
+  const int lines = static_cast<int>((hd * sizeof(T) + 63) / 64);
+  const auto prefetch_start = [&](int64_t i) {  // a job's first keys and values, while the one before runs
+    const Job job = job_at(i);
+    Cursor at;
+    if (job.context > 0) prefetch_tokens<T>(job, pool_at(i), lines, at, std::min(PREFETCH_TOKENS, job.context));
+  };
+  // Each thread takes a run of jobs of about equal cost (keys to read, plus a tile's worth for the setup),
+  // not of equal count: a mixed step's decode rows see hundreds of keys, its prompt rows a few dozen.
+  // Which thread computes a job changes none of its bits.
+  const int64_t jobs = rows * kv_heads;
+  std::vector<int64_t> cost_before(jobs + 1, 0);
+  for (int64_t i = 0; i < jobs; ++i) cost_before[i + 1] = cost_before[i] + std::max<int64_t>(lens[i / kv_heads], 0) + 16;
+  const int64_t parts = std::min<int64_t>(at::get_num_threads(), jobs);
+  const auto first_job = [&](int64_t part) {  // where part's share of the cost starts; jobs for part == parts
+    const int64_t share = cost_before[jobs] * part / parts;
+    return static_cast<int64_t>(std::lower_bound(cost_before.begin(), cost_before.end() - 1, share) - cost_before.begin());
+  };
+  at::parallel_for(0, parts, 1, [&](int64_t first_part, int64_t end_part) {
+    const int64_t begin = first_job(first_part), end = first_job(end_part);
+    if (begin >= end) return;
     std::vector<float> work;
+    prefetch_start(begin);
     for (int64_t i = begin; i < end; ++i) {
-      const int64_t r = i / kv_heads, h = i % kv_heads;
-      const Job job{qp + r * q.stride(0) + h * group * q.stride(1), q.stride(1), tables + (which ? which[r] : r) * table_stride,
-                    lens[r], op + r * out.stride(0) + h * group * out.stride(1), out.stride(1)};
-      const Pool pool{k_cache.data_ptr<T>(), v_cache.data_ptr<T>(), k_cache.size(1), kv_heads * hd, h * hd};
+      if (i + 1 < end) prefetch_start(i + 1);
+      const Job job = job_at(i);
+      const Pool pool = pool_at(i);
       if (job.context <= 0) {  // nothing to attend to: a zero output, as an empty softmax-weighted sum
         for (int g = 0; g < group; ++g)
           for (int64_t d = 0; d < hd; ++d) store(static_cast<T*>(job.out) + g * job.out_head_stride + d, 0.f);
         continue;
       }
+#if defined(__AVX512BF16__)
+      if constexpr (std::is_same_v<T, c10::BFloat16>) {
+        if (hd == 64 && group <= 16) { attend_bf16_group<2>(job, pool, group, fscale); continue; }
+        if (hd == 128 && group <= 16) { attend_bf16_group<4>(job, pool, group, fscale); continue; }
+      }
+#endif
 #if defined(__AVX512F__)
       if (hd == 64 && group <= 16) { attend_avx512_group<T, 4>(job, pool, group, fscale, work); continue; }
       if (hd == 128 && group <= 16) { attend_avx512_group<T, 8>(job, pool, group, fscale, work); continue; }

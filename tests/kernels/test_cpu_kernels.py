@@ -12,8 +12,9 @@ from batchtop.gpu_kernels import cpu_kernels, decode_mask, gather_kv, paged_deco
 pytestmark = pytest.mark.skipif(not cpu_kernels.available(),
                                 reason=f"CPU kernel not built: {cpu_kernels.why_unavailable()}")
 
-# head_dim 64 and 128 take the vectorised path (on AVX-512 CPUs), 16 and 40 the portable one
-SHAPES = [(4, 2, 16), (8, 2, 40), (16, 4, 64), (8, 1, 128), (12, 4, 64)]
+# head_dim 64 and 128 take the vectorised path (on AVX-512 CPUs), 16 and 40 the portable one; 10 heads
+# on 2 a group size the kernels have no fixed case for
+SHAPES = [(4, 2, 16), (8, 2, 40), (16, 4, 64), (8, 1, 128), (12, 4, 64), (10, 2, 64)]
 TOLERANCE = {torch.float32: dict(rtol=1e-5, atol=1e-5), torch.bfloat16: dict(rtol=2e-2, atol=2e-2)}
 
 
@@ -36,6 +37,28 @@ def test_decode_rows_match_the_reference(dtype, nh, kvh, hd, block_size):
     scale = hd ** -0.5
     got = cpu_kernels.paged_attention(q, k_cache, v_cache, tables, None, lengths, scale)
     want = paged_decode_attention(q.float(), k_cache.float(), v_cache.float(), tables, lengths, scale)
+    torch.testing.assert_close(got.float(), want, **TOLERANCE[dtype])
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("hd", [64, 128])
+def test_a_long_context_whose_scores_rise_to_the_end_matches_the_reference(dtype, hd):
+    """Each new tile of keys outscores the last, so a one-pass softmax rescales what it has summed at
+    every tile; a wrong rescale shows as weight left on the early keys."""
+    gen = torch.Generator().manual_seed(hd)
+    nh, kvh, block_size, n = 6, 2, 16, 700
+    k_cache, v_cache = pool(n // block_size + 8, block_size, kvh, hd, dtype, gen)
+    tables = torch.randperm(k_cache.shape[0], generator=gen)[:-(-n // block_size)].view(1, -1)
+    q = torch.randn(1, nh, hd, generator=gen).to(dtype)
+    rising = torch.linspace(0.0, 12.0, n).to(dtype)  # the score of key t grows with t
+    keys = torch.zeros(n, kvh, hd)
+    for h in range(kvh):
+        keys[:, h] = rising[:, None].float() * q[0, h * (nh // kvh)].float() / q[0, h * (nh // kvh)].float().norm() ** 2
+    flat = k_cache.view(-1, kvh, hd)
+    slots = (tables[0, :, None] * block_size + torch.arange(block_size)).flatten()[:n]
+    flat[slots] = keys.to(dtype)
+    got = cpu_kernels.paged_attention(q, k_cache, v_cache, tables, None, torch.tensor([n]), 1.0)
+    want = paged_decode_attention(q.float(), k_cache.float(), v_cache.float(), tables, torch.tensor([n]), 1.0)
     torch.testing.assert_close(got.float(), want, **TOLERANCE[dtype])
 
 
@@ -87,6 +110,30 @@ def test_a_row_is_the_same_whatever_shares_its_batch():
     for r in range(8):
         alone = cpu_kernels.paged_attention(q[r:r + 1], k_cache, v_cache, tables[r:r + 1], None, lens[r:r + 1], 0.125)
         assert torch.equal(alone[0], batch[r])
+
+
+@pytest.mark.parametrize("num_threads", [1, 2, 3, 7])
+def test_every_row_is_computed_and_the_same_however_many_threads_share_the_rows(num_threads):
+    """The rows are split between threads by the keys they read, not by count: one long row among
+    short ones, zero-length rows, and more threads than rows still give every row, bit for bit."""
+    gen = torch.Generator().manual_seed(5)
+    k_cache, v_cache = pool(80, 16, 2, 64, torch.bfloat16, gen)
+    lens = torch.tensor([900, 0, 1, 2, 3, 0, 40, 5])
+    tables = torch.randint(0, 80, (8, 57), generator=gen)  # rows may share blocks: they only read them
+    q = torch.randn(8, 6, 64, generator=gen).to(torch.bfloat16)
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        alone = cpu_kernels.paged_attention(q, k_cache, v_cache, tables, None, lens, 0.125)
+        torch.set_num_threads(num_threads)
+        shared = cpu_kernels.paged_attention(q, k_cache, v_cache, tables, None, lens, 0.125)
+    finally:
+        torch.set_num_threads(before)
+    assert torch.equal(shared, alone)
+    want = paged_decode_attention(q.float(), k_cache.float(), v_cache.float(), tables, lens.clamp(min=1), 0.125)
+    live = lens > 0
+    torch.testing.assert_close(shared[live].float(), want[live], **TOLERANCE[torch.bfloat16])
+    assert not shared[~live].any()  # nothing to attend to: zeros
 
 
 def test_a_bad_call_names_what_is_wrong():

@@ -150,6 +150,33 @@ def test_the_fused_layer_is_bitwise_the_op_by_op_layer(config, rows_spec, num_th
     assert not torch.equal(k_cache, pools[0])  # the step's K/V really went into the pool
 
 
+def test_a_weight_written_or_replaced_between_steps_reaches_the_fused_layer():
+    """The fused layer keeps its weights' packs between calls; one written in place (a reload) or a
+    parameter replaced must be what the next call computes with."""
+    config = CONFIGS["biases"]
+    layer, x, cos, sin, batch = layer_and_batch(config, [(5, 1), (3, 1)])
+    rows = (batch.varlen.tables, batch.varlen.row_tables, batch.varlen.context_lens)
+
+    def fused_and_op_by_op():
+        k_cache, v_cache = batch.kv_caches[0]
+        pools = k_cache.clone(), v_cache.clone()
+        got = x.clone()
+        with torch.inference_mode():
+            layer.forward_fused(got, cos, sin, batch, rows)
+            k_cache.copy_(pools[0]), v_cache.copy_(pools[1])
+            want = layer(x.clone(), cos, sin, batch)
+        return got, want
+
+    before, _ = fused_and_op_by_op()
+    with torch.no_grad():
+        layer.mlp.down_proj.weight.mul_(2)  # in place, as load_state_dict writes
+    written, want = fused_and_op_by_op()
+    assert torch.equal(written, want) and not torch.equal(written, before)
+    layer.self_attn.qkv_proj.bias = torch.nn.Parameter(torch.zeros_like(layer.self_attn.qkv_proj.bias))
+    replaced, want = fused_and_op_by_op()
+    assert torch.equal(replaced, want) and not torch.equal(replaced, written)
+
+
 def test_a_bad_fused_layer_call_names_what_is_wrong():
     layer, x, cos, sin, batch = layer_and_batch(preset("tiny"), [(3, 1), (0, 1)])
     varlen = batch.varlen

@@ -31,6 +31,23 @@ def test_bf16_cpu_roofs_are_measured_with_batchtops_kernels_and_cached_apart(tmp
     assert dp.device_peaks("cpu", "bfloat16").source == bf16.source + " (cached)"
 
 
+def test_new_kernels_are_measured_again_not_read_from_the_old_kernels_cache(tmp_path, monkeypatch):
+    """A faster kernel build must not be held to the roofs its predecessor was measured at (its steps
+    would read above 100% of them)."""
+    from batchtop.gpu_kernels import cpu_kernel_build
+    monkeypatch.setenv("BATCHTOP_CACHE_DIR", str(tmp_path))
+    real_measure = dp.measure_peaks
+    measured = []
+    monkeypatch.setattr(dp, "measure_peaks", lambda device, dtype: measured.append(dtype) or
+                        real_measure(device, dtype, copy_mib=16, gemm_n=256))
+    dp.device_peaks("cpu", "bfloat16")
+    dp.device_peaks("cpu", "bfloat16")
+    assert len(measured) == 1
+    monkeypatch.setattr(cpu_kernel_build, "build_key", lambda: "another-build")
+    assert "(cached)" not in dp.device_peaks("cpu", "bfloat16").source
+    assert len(measured) == 2
+
+
 def test_a_real_bf16_cpu_run_reports_a_fraction_of_the_roof_between_0_and_1(tmp_path, monkeypatch):
     monkeypatch.setenv("BATCHTOP_CACHE_DIR", str(tmp_path))
     engine = Engine(tiny_config(model=WIDE, dtype="bfloat16", max_num_seqs=16, max_num_batched_tokens=256,
