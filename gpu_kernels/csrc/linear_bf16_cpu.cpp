@@ -12,7 +12,8 @@
 // before the next chunk, and the first two tiles prefetch the next chunk into L2 as they go, so that
 // streaming the weights from DRAM overlaps the arithmetic instead of coming before it. Without that
 // prefetch the GEMMs of a SmolLM2 step took about the DRAM time plus the compute time: 203 GFLOP/s at
-// 16 rows and 132 at 8 on two cores, 232 and 162 with it (both builds alternating in one process;
+// 16 rows on two cores, 241 with the second tile prefetching; at 8 rows (a tile of 6 and one of 2)
+// 132 with the second tile alone, 162 with both (builds alternating in one process;
 // bench/cpu_kernels.py sets the kernel against torch's F.linear). The tiles' fp32 sums wait in a
 // per-thread buffer between chunks (stored and loaded exactly), so each output element is still
 // accumulated in fp32 over p in order, one accumulator per element, whatever the number of rows and
