@@ -85,6 +85,59 @@ void attend_scalar(const Job& job, const Pool& pool, int group, int64_t hd, floa
     for (int64_t d = 0; d < hd; ++d) store(out + g * job.out_head_stride + d, acc[g * hd + d]);
 }
 
+// A pool that has served a few hundred requests hands out blocks in no order, so every block starts a
+// stream the hardware prefetchers have not seen: left to them, the walk over a cold pool read 6-7 GB/s
+// of the 35 this 2-core host streams (bench/cpu_kernels.py). The walk prefetches each job's keys and
+// values into L2 a block ahead through the same block table, and the first KV head's job fetches
+// whole tokens (a token's heads sit side by side), so the other heads' jobs, run next on the same
+// thread, find them in cache: about twice as fast on a cold pool. run_all fetches each job's first
+// PREFETCH_TOKENS while the job before it runs; the job keeps PREFETCH_TOKENS ahead of its walk.
+constexpr int64_t PREFETCH_TOKENS = 16;
+
+struct Cursor {  // a token's place in a row's block table, advanced without a division per token
+  int64_t block = 0, offset = 0;
+
+  int64_t element(const Job& job, const Pool& pool) const {  // where the token's head starts in the pool layer
+    return (job.table[block] * pool.block_size + offset) * pool.token_stride + pool.head_offset;
+  }
+  void advance(const Pool& pool) {
+    if (++offset == pool.block_size) offset = 0, ++block;
+  }
+};
+
+// Prefetches into L2 the K and V lines of `count` tokens from `at` on (head_dim elements a head, every
+// head of the token for the first KV head's job); advances `at`. __builtin_prefetch(p, 0, 2) is
+// prefetcht1 on x86 and a plain hint, or nothing, elsewhere.
+template <typename T>
+inline void prefetch_tokens(const Job& job, const Pool& pool, int64_t hd, Cursor& at, int64_t count) {
+  const T* kc = static_cast<const T*>(pool.k);
+  const T* vc = static_cast<const T*>(pool.v);
+  const int64_t width = pool.head_offset == 0 ? pool.token_stride : hd;
+  const int64_t lines = (width * static_cast<int64_t>(sizeof(T)) + 63) / 64;
+  for (int64_t j = 0; j < count; ++j) {
+    const char* kp = reinterpret_cast<const char*>(kc + at.element(job, pool));
+    const char* vp = reinterpret_cast<const char*>(vc + at.element(job, pool));
+    for (int64_t l = 0; l < lines; ++l) {
+      __builtin_prefetch(kp + 64 * l, 0, 2);
+      __builtin_prefetch(vp + 64 * l, 0, 2);
+    }
+    at.advance(pool);
+  }
+}
+
+// The cursor PREFETCH_TOKENS into a job, where its own prefetching starts (run_all fetched those before).
+inline Cursor prefetch_cursor(const Job& job, const Pool& pool) {
+  const int64_t t = std::min(PREFETCH_TOKENS, job.context);
+  return Cursor{t / pool.block_size, t % pool.block_size};
+}
+
+// At the tile of keys from t0: the 16 tokens PREFETCH_TOKENS further on, as far as the context goes.
+template <typename T>
+inline void prefetch_ahead(const Job& job, const Pool& pool, int64_t hd, Cursor& ahead, int64_t t0) {
+  if (t0 + PREFETCH_TOKENS < job.context)
+    prefetch_tokens<T>(job, pool, hd, ahead, std::min<int64_t>(16, job.context - t0 - PREFETCH_TOKENS));
+}
+
 #if defined(__AVX512F__)
 // Lane sums of 16 vectors as one vector: out[j] = sum of a[j]'s 16 lanes, in 15 adds and 30 shuffles.
 inline __m512 reduce16(const __m512 (&a)[16]) {
@@ -101,36 +154,6 @@ inline __m512 reduce16(const __m512 (&a)[16]) {
                                    _mm512_shuffle_f32x4(s[2], s[3], _MM_SHUFFLE(3, 1, 3, 1)));
   return _mm512_add_ps(_mm512_shuffle_f32x4(x01, x23, _MM_SHUFFLE(2, 0, 2, 0)),
                        _mm512_shuffle_f32x4(x01, x23, _MM_SHUFFLE(3, 1, 3, 1)));
-}
-
-// A pool that has served a few hundred requests hands out blocks in no order, so every block starts a
-// stream the hardware prefetchers have not seen: left to them, the walk over a cold pool read 6-7 GB/s
-// of the 35 this 2-core host streams (bench/cpu_kernels.py). The walk prefetches each job's keys and
-// values into L2 a block ahead through the same block table, and the first KV head's job fetches
-// whole tokens (a token's heads sit side by side), so the other heads' jobs, run next on the same
-// thread, find them in cache: about twice as fast on a cold pool.
-constexpr int64_t PREFETCH_TOKENS = 16;
-
-struct Cursor {  // a token's place in a row's block table, advanced without a division per token
-  int64_t block = 0, offset = 0;
-};
-
-// Prefetches the K and V lines of `count` tokens from `at` on (`lines` cache lines a head); advances `at`.
-template <typename T>
-inline void prefetch_tokens(const Job& job, const Pool& pool, int lines, Cursor& at, int64_t count) {
-  const T* kc = static_cast<const T*>(pool.k);
-  const T* vc = static_cast<const T*>(pool.v);
-  if (pool.head_offset == 0) lines = static_cast<int>((pool.token_stride * sizeof(T) + 63) / 64);  // whole tokens
-  for (int64_t j = 0; j < count; ++j) {
-    const int64_t i = (job.table[at.block] * pool.block_size + at.offset) * pool.token_stride + pool.head_offset;
-    const char* kp = reinterpret_cast<const char*>(kc + i);
-    const char* vp = reinterpret_cast<const char*>(vc + i);
-    for (int l = 0; l < lines; ++l) {
-      _mm_prefetch(kp + 64 * l, _MM_HINT_T1);
-      _mm_prefetch(vp + 64 * l, _MM_HINT_T1);
-    }
-    if (++at.offset == pool.block_size) at.offset = 0, ++at.block;
-  }
 }
 
 // C = head_dim / 16 vectors per head, G query heads per KV head (0: a runtime group). With both fixed,
@@ -155,17 +178,15 @@ void attend_avx512(const Job& job, const Pool& pool, int runtime_group, float sc
   // Scores, 16 keys at a time: the tile's keys in fp32 once, then per query head 16 dot products
   // whose lane sums are reduced together (reduce16), not one horizontal sum per key.
   alignas(64) float kt[16 * HD];
-  int64_t block = 0, offset = 0;  // where key t0 sits, advanced without a division per key
-  Cursor ahead{std::min(PREFETCH_TOKENS, n) / bs, std::min(PREFETCH_TOKENS, n) % bs};  // run_all fetched those
+  Cursor at, ahead = prefetch_cursor(job, pool);
   for (int64_t t0 = 0; t0 < n; t0 += 16) {
     const int64_t len = std::min<int64_t>(16, n - t0);
-    if (t0 + PREFETCH_TOKENS < n)
-      prefetch_tokens<T>(job, pool, HD * sizeof(T) / 64, ahead, std::min<int64_t>(16, n - t0 - PREFETCH_TOKENS));
+    prefetch_ahead<T>(job, pool, HD, ahead, t0);
     for (int64_t j = 0; j < 16; ++j) {
       if (j < len) {
-        const T* kp = kc + (job.table[block] * bs + offset) * pool.token_stride + pool.head_offset;
+        const T* kp = kc + at.element(job, pool);
         for (int c = 0; c < C; ++c) _mm512_store_ps(kt + j * HD + 16 * c, load16(kp + 16 * c));
-        if (++offset == bs) offset = 0, ++block;
+        at.advance(pool);
       } else {
         for (int c = 0; c < C; ++c) _mm512_store_ps(kt + j * HD + 16 * c, _mm512_setzero_ps());
       }
@@ -239,7 +260,7 @@ void attend_bf16_onepass(const Job& job, const Pool& pool, int runtime_group, fl
   const bf16* q = static_cast<const bf16*>(job.q);
   const bf16* kc = static_cast<const bf16*>(pool.k);
   const bf16* vc = static_cast<const bf16*>(pool.v);
-  const int64_t n = job.context, bs = pool.block_size;
+  const int64_t n = job.context;
 
   __m512bh qv[AG][P];
   for (int g = 0; g < group; ++g)
@@ -255,16 +276,15 @@ void attend_bf16_onepass(const Job& job, const Pool& pool, int runtime_group, fl
   const __m512 vscale = _mm512_set1_ps(scale);
   const __m512 ninf = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
 
-  Cursor at, ahead{std::min(PREFETCH_TOKENS, n) / bs, std::min(PREFETCH_TOKENS, n) % bs};  // run_all fetched those
+  Cursor at, ahead = prefetch_cursor(job, pool);
   const bf16* key[16];
   for (int64_t t0 = 0; t0 < n; t0 += 16) {
     const int len = static_cast<int>(std::min<int64_t>(16, n - t0));
-    if (t0 + PREFETCH_TOKENS < n)
-      prefetch_tokens<bf16>(job, pool, HD * 2 / 64, ahead, std::min<int64_t>(16, n - t0 - PREFETCH_TOKENS));
+    prefetch_ahead<bf16>(job, pool, HD, ahead, t0);
     for (int j = 0; j < 16; ++j) {  // past the context: the last key again, its weight 0
       if (j < len) {
-        key[j] = kc + (job.table[at.block] * bs + at.offset) * pool.token_stride + pool.head_offset;
-        if (++at.offset == bs) at.offset = 0, ++at.block;
+        key[j] = kc + at.element(job, pool);
+        at.advance(pool);
       } else {
         key[j] = key[len - 1];
       }
@@ -369,11 +389,10 @@ void run_all(const at::Tensor& out, const at::Tensor& q, const at::Tensor& k_cac
   const auto pool_at = [&](int64_t i) {
     return Pool{k_cache.data_ptr<T>(), v_cache.data_ptr<T>(), k_cache.size(1), kv_heads * hd, (i % kv_heads) * hd};
   };
-  const int lines = static_cast<int>((hd * sizeof(T) + 63) / 64);
   const auto prefetch_start = [&](int64_t i) {  // a job's first keys and values, while the one before runs
     const Job job = job_at(i);
     Cursor at;
-    if (job.context > 0) prefetch_tokens<T>(job, pool_at(i), lines, at, std::min(PREFETCH_TOKENS, job.context));
+    if (job.context > 0) prefetch_tokens<T>(job, pool_at(i), hd, at, std::min(PREFETCH_TOKENS, job.context));
   };
   // Each thread takes a run of jobs of about equal cost (keys to read, plus a tile's worth for the setup),
   // not of equal count: a mixed step's decode rows see hundreds of keys, its prompt rows a few dozen.

@@ -1,14 +1,18 @@
 """The CPU kernels' build machinery: a directory per sources-and-versions key, a lock that a killed
-build cannot leave behind, a bounded wait for a live builder, and the switch between two steps."""
+build cannot leave behind, a bounded wait for a live builder, and the switch between two steps; and
+sources that compile for a CPU without AVX-512 as well as for this one."""
 
 from __future__ import annotations
 
 import fcntl
 import shutil
+import subprocess
+import sysconfig
 import time
 
 import pytest
 import torch
+from torch.utils import cpp_extension
 
 from batchtop.core_engine.engine.engine import Engine
 from batchtop.gpu_kernels import cpu_kernel_build as build
@@ -117,3 +121,17 @@ def test_the_build_ahead_command_finds_a_built_library_and_says_where(tmp_path, 
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 0 and done.stdout.strip() == str(library_path(directory))
     assert "RuntimeWarning" not in done.stderr
+
+
+@pytest.mark.skipif(shutil.which("c++") is None, reason="no C++ compiler")
+def test_every_kernel_source_compiles_for_a_cpu_without_avx512():
+    """The build is -march=native: on a CPU without AVX-512 the vector paths drop out and the portable
+    ones must still compile, or the kernels fail to build there and every kernel test skips silently.
+    Checked here with -fsyntax-only for x86-64-v2 (no AVX at all), every source at once."""
+    includes = [f"-I{path}" for path in cpp_extension.include_paths()] + [f"-I{sysconfig.get_paths()['include']}"]
+    procs = [subprocess.Popen(["c++", "-std=c++20", "-fsyntax-only", "-fopenmp", "-march=x86-64-v2", *includes,
+                               str(source)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+             for source in build.SOURCES]
+    errors = {source.name: proc.communicate(timeout=300)[1] for source, proc in zip(build.SOURCES, procs)}
+    failed = {name: err[:2000] for (name, err), proc in zip(errors.items(), procs) if proc.returncode != 0}
+    assert not failed, failed
