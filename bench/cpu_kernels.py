@@ -41,12 +41,17 @@ def timed(fn, reps: int) -> float:
     return (time.perf_counter() - t0) / reps
 
 
-def pair(label: str, ours, theirs, rounds: int = 5, reps: int = 20) -> None:
+def alternated(ours, theirs, rounds: int = 5, reps: int = 20) -> tuple[float, float]:
+    """Median seconds of each, timed in alternating rounds so that a noisy neighbour hits both."""
     a, b = [], []
     for _ in range(rounds):
         a.append(timed(ours, reps))
         b.append(timed(theirs, reps))
-    mine, ref = statistics.median(a) * 1e3, statistics.median(b) * 1e3
+    return statistics.median(a), statistics.median(b)
+
+
+def pair(label: str, ours, theirs, rounds: int = 5, reps: int = 20) -> None:
+    mine, ref = (1e3 * t for t in alternated(ours, theirs, rounds, reps))
     print(f"  {label:<44} kernel {mine:8.3f} ms   torch {ref:8.3f} ms   {ref / mine:5.2f}x")
 
 
@@ -141,11 +146,7 @@ def layer_gemms(gen: torch.Generator) -> None:
                     if halves:
                         cpu_kernels.silu_and_mul(y)
 
-        a, b = [], []
-        for _ in range(5):
-            a.append(timed(ours, 1))
-            b.append(timed(theirs, 1))
-        mine, ref = statistics.median(a), statistics.median(b)
+        mine, ref = alternated(ours, theirs, rounds=5, reps=1)
         print(f"  {rows:2d} rows: kernel {1e3 * mine:7.2f} ms ({rows * flops_per_row / mine / 1e9:4.0f} GFLOP/s)   "
               f"F.linear {1e3 * ref:7.2f} ms   {ref / mine:5.2f}x")
 
@@ -169,11 +170,7 @@ def cold_pool(dtype: torch.dtype, gen: torch.Generator) -> None:
             for k, v in pools:
                 cpu_kernels.paged_attention(q, k, v, tables, None, lens, HD ** -0.5)
 
-        ours, copy = [], []
-        for _ in range(7):
-            ours.append(timed(attend, 1))
-            copy.append(timed(lambda: dst.copy_(src), 1))
-        t, c = statistics.median(ours), statistics.median(copy)
+        t, c = alternated(attend, lambda: dst.copy_(src), rounds=7, reps=1)
         print(f"  {rows:2d} rows, context {ctx:4d}: {1e3 * t:6.2f} ms a step, {nbytes / t / 1e9:5.1f} GB/s read; "
               f"a contiguous copy {2 * nbytes / c / 1e9:5.1f} GB/s (read + write)")
 
