@@ -85,8 +85,28 @@ def _median_time(fn, device: str, repeats: int) -> float:
     return sorted(times)[len(times) // 2]
 
 
-def measure_peaks(device: str, dtype: str, copy_mib: int = 256, gemm_n: int = 2048) -> DevicePeaks:
+def last_level_cache_bytes() -> int | None:
+    """The largest CPU cache sysfs lists for cpu0 (the L3 of its core complex on x86), or None."""
+    sizes = []
+    for index in Path("/sys/devices/system/cpu/cpu0/cache").glob("index*"):
+        try:
+            text = (index / "size").read_text(encoding="ascii").strip()
+            sizes.append(int(text.rstrip("KMG")) << {"K": 10, "M": 20, "G": 30}.get(text[-1:], 0))
+        except (OSError, ValueError):
+            continue
+    return max(sizes) if sizes else None
+
+
+def probe_mib() -> int:
+    """MiB the bandwidth probes stream: 256 (about a SmolLM2 step's weights), or 8x the last-level cache
+    where that is more, so that no cache serves a probe's next pass (kernel_peaks.py)."""
+    llc = last_level_cache_bytes() or 0
+    return max(256, -(-8 * llc // (1 << 20)))
+
+
+def measure_peaks(device: str, dtype: str, copy_mib: int | None = None, gemm_n: int = 2048) -> DevicePeaks:
     """STREAM-style copy bandwidth (bytes read + written) and square-GEMM FLOP/s in the model dtype."""
+    copy_mib = copy_mib or probe_mib()
     src = torch.ones(copy_mib * (1 << 20) // 4, dtype=torch.float32, device=device)
     dst = torch.empty_like(src)
     copy_s = _median_time(lambda: dst.copy_(src), device, 7)
@@ -98,9 +118,9 @@ def measure_peaks(device: str, dtype: str, copy_mib: int = 256, gemm_n: int = 20
     flops = 2 * gemm_n ** 3 / gemm_s
     how = f"measured:copy {copy_mib} MiB + {dtype} GEMM {gemm_n}^3"
     if kernels_in_use(device, dtype):
-        kernel_flops, kernel_bandwidth = kernel_peaks(gemm_n=gemm_n, gemv_mib=max(1, copy_mib // 4))
+        kernel_flops, kernel_bandwidth = kernel_peaks(gemm_n=gemm_n, gemv_mib=copy_mib)
         flops, bandwidth = max(flops, kernel_flops), max(bandwidth, kernel_bandwidth)
-        how += " + batchtop linear_bf16 GEMM and GEMV"
+        how += f" + batchtop linear_bf16 GEMM and GEMV {copy_mib} MiB"
     return DevicePeaks(device_name(device), flops, bandwidth, how)
 
 
@@ -109,8 +129,13 @@ def cache_dir() -> Path:
     return Path(root) / "batchtop"
 
 
+# What the probes measure, in the cache key: a roof cached by an older probe is measured again. 2: the
+# GEMV streams the copy's 256 MiB, not 64 MiB that the last-level cache partly served (kernel_peaks.py).
+PROBES_VERSION = 2
+
+
 def _cache_key(device: str, dtype: str) -> str:
-    ident = f"{device_name(device)}|{device}|{dtype}|{torch.__version__}|{torch.get_num_threads()}"
+    ident = f"{device_name(device)}|{device}|{dtype}|{torch.__version__}|{torch.get_num_threads()}|probes-{PROBES_VERSION}"
     if kernels_in_use(device, dtype):  # measured apart, per build: the kernels' roofs are not torch's
         from batchtop.gpu_kernels.cpu_kernel_build import build_key
         ident += f"|batchtop-kernels-{build_key()}"

@@ -3,6 +3,8 @@ reach, so a decode step's fraction of the roof is a fraction: above 0, at most 1
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from batchtop.core_engine.config import ModelConfig
@@ -56,3 +58,32 @@ def test_a_real_bf16_cpu_run_reports_a_fraction_of_the_roof_between_0_and_1(tmp_
     roofline = metrics.roofline(dp.device_peaks("cpu", "bfloat16"))
     assert roofline["decode"]["steps"] > 10
     assert 0 < roofline["decode"]["fraction_of_roof_mean"] <= 1, roofline
+
+
+def test_the_bandwidth_roof_is_measured_on_a_stream_no_cache_holds(monkeypatch):
+    """A stream twice the L3's size is partly served from the L3 on the next pass, and a roof measured on
+    it sits above what a model's weights stream at: the GEMV probe streams the copy's bytes, and the
+    probes stream several times this machine's last-level cache."""
+    from batchtop.core_engine.perf import kernel_peaks as kp
+    streamed = []
+    real = kp.kernel_peaks
+    monkeypatch.setattr(dp, "kernel_peaks", lambda **kw: streamed.append(kw["gemv_mib"]) or
+                        real(gemm_n=256, gemm_rows=(16,), gemv_mib=kw["gemv_mib"]))
+    peaks = dp.measure_peaks("cpu", "bfloat16", copy_mib=16, gemm_n=256)
+    assert streamed == [16] and "GEMV 16 MiB" in peaks.source
+    llc = dp.last_level_cache_bytes()
+    if Path("/sys/devices/system/cpu/cpu0/cache/index0/size").is_file():
+        assert llc is not None and llc >= 16 << 10, llc  # sysfs lists the caches: at least an L1 was read
+    assert dp.probe_mib() << 20 >= max(4 * (llc or 0), 256 << 20), (dp.probe_mib(), llc)
+
+
+def test_a_roof_cached_by_an_older_probe_is_measured_again(tmp_path, monkeypatch):
+    monkeypatch.setenv("BATCHTOP_CACHE_DIR", str(tmp_path))
+    real_measure = dp.measure_peaks
+    measured = []
+    monkeypatch.setattr(dp, "measure_peaks", lambda device, dtype: measured.append(dtype) or
+                        real_measure(device, dtype, copy_mib=16, gemm_n=256))
+    dp.device_peaks("cpu", "bfloat16")
+    monkeypatch.setattr(dp, "PROBES_VERSION", dp.PROBES_VERSION + 1)
+    assert "(cached)" not in dp.device_peaks("cpu", "bfloat16").source
+    assert measured == ["bfloat16", "bfloat16"]
