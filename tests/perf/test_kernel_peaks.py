@@ -33,9 +33,9 @@ def test_bf16_cpu_roofs_are_measured_with_batchtops_kernels_and_cached_apart(tmp
     assert dp.device_peaks("cpu", "bfloat16").source == bf16.source + " (cached)"
 
 
-def test_new_kernels_are_measured_again_not_read_from_the_old_kernels_cache(tmp_path, monkeypatch):
+def test_new_kernels_and_new_probes_are_measured_again_not_read_from_the_old_cache(tmp_path, monkeypatch):
     """A faster kernel build must not be held to the roofs its predecessor was measured at (its steps
-    would read above 100% of them)."""
+    would read above 100% of them), nor a run to roofs an older, flawed probe measured."""
     from batchtop.gpu_kernels import cpu_kernel_build
     monkeypatch.setenv("BATCHTOP_CACHE_DIR", str(tmp_path))
     real_measure = dp.measure_peaks
@@ -48,6 +48,9 @@ def test_new_kernels_are_measured_again_not_read_from_the_old_kernels_cache(tmp_
     monkeypatch.setattr(cpu_kernel_build, "build_key", lambda: "another-build")
     assert "(cached)" not in dp.device_peaks("cpu", "bfloat16").source
     assert len(measured) == 2
+    monkeypatch.setattr(dp, "PROBES_VERSION", dp.PROBES_VERSION + 1)
+    assert "(cached)" not in dp.device_peaks("cpu", "bfloat16").source
+    assert len(measured) == 3
 
 
 def test_a_real_bf16_cpu_run_reports_a_fraction_of_the_roof_between_0_and_1(tmp_path, monkeypatch):
@@ -76,14 +79,3 @@ def test_the_bandwidth_roof_is_measured_on_a_stream_no_cache_holds(monkeypatch):
         assert llc is not None and llc >= 16 << 10, llc  # sysfs lists the caches: at least an L1 was read
     assert dp.probe_mib() << 20 >= max(4 * (llc or 0), 256 << 20), (dp.probe_mib(), llc)
 
-
-def test_a_roof_cached_by_an_older_probe_is_measured_again(tmp_path, monkeypatch):
-    monkeypatch.setenv("BATCHTOP_CACHE_DIR", str(tmp_path))
-    real_measure = dp.measure_peaks
-    measured = []
-    monkeypatch.setattr(dp, "measure_peaks", lambda device, dtype: measured.append(dtype) or
-                        real_measure(device, dtype, copy_mib=16, gemm_n=256))
-    dp.device_peaks("cpu", "bfloat16")
-    monkeypatch.setattr(dp, "PROBES_VERSION", dp.PROBES_VERSION + 1)
-    assert "(cached)" not in dp.device_peaks("cpu", "bfloat16").source
-    assert measured == ["bfloat16", "bfloat16"]
