@@ -17,7 +17,7 @@ import argparse
 import torch
 
 from batchtop.core_engine.perf.device_peaks import last_level_cache_bytes, probe_mib
-from batchtop.core_engine.perf.kernel_peaks import best_time
+from batchtop.core_engine.perf.kernel_peaks import gemv_probe
 from batchtop.gpu_kernels import cpu_kernels
 
 
@@ -30,21 +30,12 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     if not cpu_kernels.linear_bf16_usable():
         raise SystemExit("bandwidth_probe: needs batchtop's bf16 CPU kernels (AVX512_BF16)")
-    k = 4096
-    group = cpu_kernels.pack_linear_bf16(torch.randn(64, k).to(torch.bfloat16))
-    x = torch.randn(1, k).to(torch.bfloat16)
-    weights = {}
-    for mib in (int(s) for s in args.sizes.split(",")):
-        n = max(64, mib * (1 << 20) // (2 * k) // 64 * 64)
-        weights[mib] = (n, group.repeat(n // 64, 1, 1, 1))
+    probes = {mib: gemv_probe(mib) for mib in (int(s) for s in args.sizes.split(","))}
     llc = last_level_cache_bytes()
     print(f"{args.threads} thread(s); last-level cache {llc / (1 << 20) if llc else '?'} MiB; "
           f"the roof's probe streams {probe_mib()} MiB")
     for r in range(args.rounds):
-        rates = []
-        for mib, (n, packed) in weights.items():
-            seconds = best_time(lambda: cpu_kernels.linear_bf16(x, packed, None, n), 7)
-            rates.append(f"{mib:4d} MiB {n * k * 2 / seconds / 1e9:6.1f} GB/s")
+        rates = [f"{mib:4d} MiB {probe() / 1e9:6.1f} GB/s" for mib, probe in probes.items()]
         print(f"round {r + 1}: " + "   ".join(rates), flush=True)
 
 
