@@ -115,24 +115,25 @@ struct Cursor {  // a token's place in a row's block table, advanced without a d
   }
 };
 
-// Prefetches into L2 the K and V lines of `count` tokens from `at` on (head_dim elements a head, every
-// head of the token for the first KV head's job); advances `at`. __builtin_prefetch(p, 0, 2) is
-// prefetcht1 on x86 and a plain hint, or nothing, elsewhere.
+// Prefetches into L2 the K and V of `width` elements from `element` of the pool layer.
+// __builtin_prefetch(p, 0, 2) is prefetcht1 on x86 and a plain hint, or nothing, elsewhere.
+template <typename T>
+inline void prefetch_kv(const Pool& pool, int64_t element, int64_t width) {
+  const char* kp = reinterpret_cast<const char*>(static_cast<const T*>(pool.k) + element);
+  const char* vp = reinterpret_cast<const char*>(static_cast<const T*>(pool.v) + element);
+  const int64_t lines = (width * static_cast<int64_t>(sizeof(T)) + 63) / 64;
+  for (int64_t l = 0; l < lines; ++l) {
+    __builtin_prefetch(kp + 64 * l, 0, 2);
+    __builtin_prefetch(vp + 64 * l, 0, 2);
+  }
+}
+
+// Prefetches `count` tokens from `at` on (head_dim elements a head, every head of the token for the
+// first KV head's job); advances `at`.
 template <typename T>
 inline void prefetch_tokens(const Job& job, const Pool& pool, int64_t hd, Cursor& at, int64_t count) {
-  const T* kc = static_cast<const T*>(pool.k);
-  const T* vc = static_cast<const T*>(pool.v);
   const int64_t width = pool.head_offset == 0 ? pool.token_stride : hd;
-  const int64_t lines = (width * static_cast<int64_t>(sizeof(T)) + 63) / 64;
-  for (int64_t j = 0; j < count; ++j) {
-    const char* kp = reinterpret_cast<const char*>(kc + at.element(job, pool));
-    const char* vp = reinterpret_cast<const char*>(vc + at.element(job, pool));
-    for (int64_t l = 0; l < lines; ++l) {
-      __builtin_prefetch(kp + 64 * l, 0, 2);
-      __builtin_prefetch(vp + 64 * l, 0, 2);
-    }
-    at.advance(pool);
-  }
+  for (int64_t j = 0; j < count; ++j, at.advance(pool)) prefetch_kv<T>(pool, at.element(job, pool), width);
 }
 
 // The cursor PREFETCH_TOKENS into a job, where its own prefetching starts (run_all fetched those before).
@@ -153,16 +154,8 @@ struct NextRow {
 
   template <typename T>
   void prefetch(const Pool& pool) {
-    const int64_t lines = (pool.token_stride * static_cast<int64_t>(sizeof(T)) + 63) / 64;
-    for (int64_t j = 0; j < per_tile && left > 0; ++j, --left) {
-      const char* kp = reinterpret_cast<const char*>(static_cast<const T*>(pool.k) + at.token(table, pool));
-      const char* vp = reinterpret_cast<const char*>(static_cast<const T*>(pool.v) + at.token(table, pool));
-      for (int64_t l = 0; l < lines; ++l) {
-        __builtin_prefetch(kp + 64 * l, 0, 2);
-        __builtin_prefetch(vp + 64 * l, 0, 2);
-      }
-      at.advance(pool);
-    }
+    for (int64_t j = 0; j < per_tile && left > 0; ++j, --left, at.advance(pool))
+      prefetch_kv<T>(pool, at.token(table, pool), pool.token_stride);
   }
 };
 
