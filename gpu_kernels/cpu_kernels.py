@@ -10,7 +10,7 @@
 - pack_linear_bf16 and linear_bf16 (linear_bf16_cpu.cpp): bf16 linear layers on AVX512_BF16 from a
   weight packed once, streamed front to back; decode GEMMs at up to 1.4x oneDNN's speed. A [gate | up]
   weight packed by halves gives silu(gate) * up straight from the GEMM (silu_mul_linear_bf16).
-- decoder_layer_bf16 (decoder_layer_cpu.cpp): a whole decoder layer in one call over those kernels,
+- decoder_layers_bf16 (decoder_layer_cpu.cpp): a step's decoder layers in one call over those kernels,
   bitwise what llama.DecoderLayer computes on them, without a Python call and allocation per op.
 bench/cpu_kernels.py measures each against the torch ops it replaces. The build (cpu_kernel_build.py:
 torch's cpp_extension, a C++ compiler and ninja, in a child process) is cached under torch's extensions
@@ -33,7 +33,7 @@ from batchtop.gpu_kernels.cpu_kernel_build import BuildState, ChildBuild, build_
 
 NAME = "batchtop_cpu_kernels"
 DTYPES = (torch.float32, torch.bfloat16)
-OPS = ("paged_attention", "rope", "sample", "linear_bf16", "decoder_layer_bf16")
+OPS = ("paged_attention", "rope", "sample", "linear_bf16", "decoder_layers_bf16")
 _why: list[str] = []
 _lock = threading.Lock()
 _active = False  # loaded into this process and in use
@@ -226,7 +226,7 @@ def interleave_halves(weight: torch.Tensor) -> torch.Tensor:
 
 
 def decoder_layer_usable() -> bool:
-    return linear_bf16_usable() and hasattr(torch.ops.batchtop_cpu, "decoder_layer_bf16")
+    return linear_bf16_usable() and hasattr(torch.ops.batchtop_cpu, "decoder_layers_bf16")
 
 
 def pack_linear_bf16(weight: torch.Tensor, half: int = 0) -> torch.Tensor:
@@ -261,15 +261,22 @@ def silu_mul_linear_bf16(x: torch.Tensor, packed: torch.Tensor, bias: torch.Tens
     return out
 
 
-def decoder_layer_bf16(x: torch.Tensor, weights: tuple, cos: torch.Tensor, sin: torch.Tensor, k_cache: torch.Tensor,
-                       v_cache: torch.Tensor, slot_mapping: torch.Tensor, block_tables: torch.Tensor,
-                       row_tables: torch.Tensor | None, context_lens: torch.Tensor, num_heads: int, eps: float,
-                       scale: float) -> None:
-    """One decoder layer on x (rows, hidden) in place. weights: the input and post-attention norms, then
-    (pack, bias or None) of qkv, o, gate_up (packed by halves) and down, flat; this layer's pool; the
-    attention's tables as for paged_attention. Writes each row's K/V at its slot."""
-    torch.ops.batchtop_cpu.decoder_layer_bf16(x, *weights, cos, sin, k_cache, v_cache, slot_mapping, block_tables,
-                                              row_tables, context_lens, num_heads, eps, scale)
+def decoder_layers_bf16(x: torch.Tensor, weights: list, k_caches: list[torch.Tensor], v_caches: list[torch.Tensor],
+                        cos: torch.Tensor, sin: torch.Tensor, slot_mapping: torch.Tensor, block_tables: torch.Tensor,
+                        row_tables: torch.Tensor | None, context_lens: torch.Tensor, num_heads: int, eps: float,
+                        scale: float) -> None:
+    """Decoder layers in turn on x (rows, hidden), in place. weights: ten a layer, flat: the input and
+    post-attention norms, then (pack, bias or None) of qkv, o, gate_up (packed by halves) and down; layer
+    i's pool layer k_caches[i], v_caches[i]; the attention's tables as for paged_attention. Writes each
+    row's K/V at its slot in every layer."""
+    torch.ops.batchtop_cpu.decoder_layers_bf16(x, weights, k_caches, v_caches, cos, sin, slot_mapping, block_tables,
+                                               row_tables, context_lens, num_heads, eps, scale)
+
+
+def params_unchanged(params: list[torch.Tensor], state: torch.Tensor) -> bool:
+    """Whether each of params is at the storage and version recorded in state (int64: data pointer, then
+    version or -1 for an inference tensor, per parameter)."""
+    return torch.ops.batchtop_cpu.params_unchanged(params, state)
 
 
 def argmax(logits: torch.Tensor) -> torch.Tensor:

@@ -17,7 +17,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from batchtop.core_engine.config import ModelConfig
-from batchtop.core_engine.model.packed_linear import PackedLinear, packing, weight_key
+from batchtop.core_engine.model.packed_linear import PackedLinear, packing, parameter_registrations, weight_key
 from batchtop.gpu_kernels import (cpu_kernels, decode_attention, decode_mask, gather_kv, needs_decode_mask,
                                   prefill_attention, store_kv, uses_cpu_kernel)
 
@@ -241,19 +241,10 @@ class DecoderLayer(nn.Module):
         x, normed = self.post_attention_layernorm.add_and_norm(x, attended)
         return x + self.mlp(normed)
 
-    def forward_fused(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, batch: AttentionBatch,
-                      rows: tuple[torch.Tensor, torch.Tensor | None, torch.Tensor]) -> None:
-        """forward's result written into x, bitwise, by one C++ call (cpu_kernels.decoder_layer_bf16);
-        rows: every row's (block tables, table of each row or None for one each, context lengths)."""
-        attn = self.self_attn
-        k_cache, v_cache = batch.kv_caches[attn.layer_idx]
-        cpu_kernels.decoder_layer_bf16(x, self._fused_weights(), cos, sin, k_cache, v_cache, batch.slot_mapping, *rows,
-                                       attn.num_heads, self.input_layernorm.variance_epsilon, attn.scale)
-
-    def _fused_weights(self) -> tuple:
-        """The layer's weights as decoder_layer_bf16 takes them (norms, then each linear's pack and bias),
-        kept between steps: building them costs ~25 us a layer, 0.8 ms a SmolLM2 step. Rebuilt when a
-        parameter is replaced or written to (weight_key)."""
+    def fused_weights(self) -> tuple:
+        """The layer's ten weights as decoder_layers_bf16 takes them (norms, then each linear's pack and
+        bias), kept between steps: building them costs ~25 us a layer, 0.8 ms a SmolLM2 step. Rebuilt
+        when a parameter is replaced or written to (weight_key)."""
         cached = self.__dict__.get("_fused")
         if cached is not None:
             slots, params, keys, weights = cached
@@ -268,6 +259,10 @@ class DecoderLayer(nn.Module):
                    *(t for lin in linears for t in (lin.bf16_pack(), lin.bias)))
         self.__dict__["_fused"] = (slots, params, tuple(weight_key(p) for p in params), weights)
         return weights
+
+    def fused_parameters(self) -> tuple:
+        """The parameters fused_weights was last built from."""
+        return self.__dict__["_fused"][1]
 
 
 class LlamaBody(nn.Module):
@@ -288,7 +283,7 @@ class LlamaForCausalLM(nn.Module):
         self.lm_head = PackedLinear(config.hidden_size, config.vocab_size, bias=False)
         self.tie_weights()
         self._inv_freq = rope_inv_freq(config)
-        self.fuse_layers = True  # False: every layer op by op, even where forward_fused could run it
+        self.fuse_layers = True  # False: every layer op by op, even where decoder_layers_bf16 could run them
 
     def tie_weights(self) -> None:
         """With tie_word_embeddings the lm_head reads the embedding matrix (one tensor, not a copy)."""
@@ -296,7 +291,7 @@ class LlamaForCausalLM(nn.Module):
             self.lm_head.weight = self.model.embed_tokens.weight
 
     def _fused_rows(self, x: torch.Tensor, batch: AttentionBatch) -> tuple | None:
-        """What forward_fused attends with: every row in the one kernel call (decode rows, or the varlen
+        """What decoder_layers_bf16 attends with: every row in the one kernel call (decode rows, or the varlen
         rows of decode rows and prompt chunks), or None where the layers run op by op."""
         if not self.fuse_layers or batch.prefills or not fusable_layers(self.config, x.device, x.dtype):
             return None
@@ -305,6 +300,23 @@ class LlamaForCausalLM(nn.Module):
         if batch.decode_block_tables is None:
             return None
         return batch.decode_block_tables, None, batch.decode_context_lens
+
+    def _fused_stack(self) -> list:
+        """Every layer's fused_weights, flat, kept between steps. One check a step: no parameter registered
+        or replaced anywhere since, and every one the packs came from at its storage and version
+        (params_unchanged, in C++); the layers' own checks, one a layer in Python, cost ~0.5 ms a SmolLM2
+        step. Rebuilt from the layers' when it fails."""
+        cached = self.__dict__.get("_stack")
+        if cached is not None:
+            registrations, params, state, weights = cached
+            if registrations == parameter_registrations() and cpu_kernels.params_unchanged(params, state):
+                return weights
+        weights = [w for layer in self.model.layers for w in layer.fused_weights()]
+        params = [p for layer in self.model.layers for p in layer.fused_parameters()]
+        state = torch.tensor([v for p in params for v in (p.data_ptr(), -1 if p.is_inference() else p._version)],
+                             dtype=torch.long)
+        self.__dict__["_stack"] = (parameter_registrations(), params, state, weights)
+        return weights
 
     @torch.inference_mode()
     def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, batch: AttentionBatch,
@@ -319,17 +331,21 @@ class LlamaForCausalLM(nn.Module):
             k_cache = batch.kv_caches[0][0]
             batch.decode_mask = decode_mask(batch.decode_block_tables, batch.decode_context_lens, k_cache.shape[1])
         rows = self._fused_rows(x, batch)
-        for layer in self.model.layers:
-            if rows is not None:
-                layer.forward_fused(x, cos, sin, batch, rows)
-            else:
+        if rows is None:
+            for layer in self.model.layers:
                 x = layer(x, cos, sin, batch)
-        x = self.model.norm(x[logits_rows])  # only the rows we sample from reach the lm_head
+        else:
+            first = self.model.layers[0]
+            cpu_kernels.decoder_layers_bf16(x, self._fused_stack(), [k for k, _ in batch.kv_caches],
+                                            [v for _, v in batch.kv_caches], cos, sin, batch.slot_mapping, *rows,
+                                            first.self_attn.num_heads, first.input_layernorm.variance_epsilon,
+                                            first.self_attn.scale)
+        x = self.model.norm(x.index_select(0, logits_rows))  # only the rows we sample from reach the lm_head
         return self.lm_head(x)  # model dtype: greedy argmax needs no fp32 copy
 
 
 def fusable_layers(config: ModelConfig, device: torch.device, dtype: torch.dtype) -> bool:
-    """Whether DecoderLayer.forward_fused computes this model's layers here: bf16 on the CPU kernels with
+    """Whether decoder_layers_bf16 computes this model's layers here: bf16 on the CPU kernels with
     batchtop's GEMM, no per-head q/k norms, the MLP packed by halves."""
     return (dtype == torch.bfloat16 and packing(device, dtype) == "batchtop" and not config.qk_norm
             and config.intermediate_size % 32 == 0 and config.hidden_size % 2 == 0

@@ -63,6 +63,23 @@ def weight_key(weight: torch.Tensor) -> tuple:
     return id(weight), weight.data_ptr(), None if weight.is_inference() else weight._version
 
 
+_registrations = [0]  # parameters registered on any module in this process so far
+
+
+def _count_registration(module: nn.Module, name: str, param) -> None:
+    _registrations[0] += 1
+
+
+torch.nn.modules.module.register_module_parameter_registration_hook(_count_registration)
+
+
+def parameter_registrations() -> int:
+    """A count that moves whenever any module has a parameter registered or replaced (setattr or
+    register_parameter): a cache of packs that also checks each weight's storage and version
+    (params_unchanged) need not look every parameter up again to see that none was replaced."""
+    return _registrations[0]
+
+
 PACKERS = {"batchtop": cpu_kernels.pack_linear_bf16,
            "onednn": lambda w, half: torch.ops.mkldnn._reorder_linear_weight(w),
            "mkl": lambda w, half: torch.ops.mkl._mkl_reorder_linear_weight(w, MKL_PACK_ROWS)}

@@ -1,7 +1,7 @@
-// A whole Llama decoder layer over a step's rows in bfloat16, as one call: the work of the 12-15 torch
-// ops and Python lines of llama.DecoderLayer.forward on batchtop's CPU kernels, without the dispatch
-// and allocation between them. On a deep, thin model (SmolLM2: 30 layers of hidden 576) that per-op
-// cost is a good part of a decode step.
+// A step's Llama decoder layers over its rows in bfloat16, as one call: the work of 12-15 torch ops and
+// Python lines a layer (llama.DecoderLayer.forward) on batchtop's CPU kernels, without the dispatch and
+// allocation between them. On a deep, thin model (SmolLM2: 30 layers of hidden 576) that per-op cost is
+// a good part of a decode step. Each layer:
 //
 //   h = rms_norm(x)                          input_layernorm
 //   qkv = h Wqkv^T + b                        one GEMM over [q; k; v]
@@ -21,6 +21,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <vector>
 
 #include "cpu_vec.h"
 #include "fused_rows.h"
@@ -43,11 +44,11 @@ void check_packed(const Packed& w, int64_t k, int64_t n) {
   const at::Tensor& p = w.packed;
   TORCH_CHECK(p.dim() == 4 && p.size(2) == 64 && p.size(3) == 2 && p.is_contiguous() &&
                   p.scalar_type() == at::kBFloat16 && 2 * p.size(1) == k && n <= 64 * p.size(0) && n > 64 * (p.size(0) - 1),
-              "decoder_layer_bf16: ", w.name, " must be pack_linear_bf16's pack of an (", n, ", ", k, ") weight");
+              "decoder_layers_bf16: ", w.name, " must be pack_linear_bf16's pack of an (", n, ", ", k, ") weight");
   TORCH_CHECK(!w.bias || !w.bias->defined() ||
                   (w.bias->dim() == 1 && w.bias->size(0) == n && w.bias->is_contiguous() &&
                    w.bias->scalar_type() == at::kBFloat16),
-              "decoder_layer_bf16: ", w.name, " bias must be contiguous (", n, ",) bfloat16");
+              "decoder_layers_bf16: ", w.name, " bias must be contiguous (", n, ",) bfloat16");
 }
 
 void linear(const bf16* x, int64_t x_stride, int64_t rows, const Packed& w, int64_t n, int64_t half, bf16* out,
@@ -78,98 +79,175 @@ void rope_and_store(bf16* qkv, int64_t rows, int64_t width, int64_t heads, int64
   });
 }
 
-void decoder_layer_bf16(at::Tensor x, const at::Tensor& input_norm, const at::Tensor& post_norm,
-                        const at::Tensor& qkv_packed, const c10::optional<at::Tensor>& qkv_bias,
-                        const at::Tensor& o_packed, const c10::optional<at::Tensor>& o_bias,
-                        const at::Tensor& gate_up_packed, const c10::optional<at::Tensor>& gate_up_bias,
-                        const at::Tensor& down_packed, const c10::optional<at::Tensor>& down_bias,
-                        const at::Tensor& cos, const at::Tensor& sin, at::Tensor k_cache, at::Tensor v_cache,
-                        const at::Tensor& slot_mapping, const at::Tensor& block_tables,
-                        const c10::optional<at::Tensor>& row_tables, const at::Tensor& context_lens,
-                        int64_t num_heads, double eps, double scale) {
-  TORCH_CHECK(linear_bf16_supported(), "decoder_layer_bf16: built without AVX512_BF16");
-  TORCH_CHECK(x.dim() == 2 && x.is_contiguous() && x.scalar_type() == at::kBFloat16 && x.device().is_cpu(),
-              "decoder_layer_bf16: x must be a contiguous (rows, hidden) bfloat16 CPU tensor");
-  const int64_t rows = x.size(0), hidden = x.size(1);
+// One layer's weights as decoder_layers_bf16 takes them: entries [10 i, 10 i + 10) of its list.
+struct LayerWeights {
+  const at::Tensor& input_norm;
+  const at::Tensor& post_norm;
+  Packed qkv, o, gate_up, down;
+};
+
+constexpr int64_t WEIGHTS_PER_LAYER = 10;  // the two norms, then each linear's pack and bias (or None)
+
+LayerWeights layer_weights(const std::vector<c10::optional<at::Tensor>>& w, int64_t layer) {
+  const auto* e = w.data() + WEIGHTS_PER_LAYER * layer;
+  for (int i : {0, 1, 2, 4, 6, 8})
+    TORCH_CHECK(e[i].has_value() && e[i]->defined(), "decoder_layers_bf16: layer ", layer,
+                " lacks a norm weight or a linear's pack");
+  return {*e[0], *e[1], {*e[2], e[3], "qkv"}, {*e[4], e[5], "o_proj"}, {*e[6], e[7], "gate_up"},
+          {*e[8], e[9], "down_proj"}};
+}
+
+// Every layer's shapes and dtypes, checked before the first one runs: a bad call changes nothing.
+void check_layer(const LayerWeights& w, const at::Tensor& k_cache, const at::Tensor& v_cache, int64_t hidden,
+                 int64_t num_heads) {
   TORCH_CHECK(k_cache.dim() == 4 && k_cache.is_contiguous() && v_cache.is_contiguous() &&
                   v_cache.sizes() == k_cache.sizes() && k_cache.scalar_type() == at::kBFloat16 &&
                   v_cache.scalar_type() == at::kBFloat16,
-              "decoder_layer_bf16: k_cache and v_cache must be one contiguous bfloat16 pool layer each");
+              "decoder_layers_bf16: k_cache and v_cache must be one contiguous bfloat16 pool layer each");
   const int64_t kv_heads = k_cache.size(2), hd = k_cache.size(3);
   TORCH_CHECK(num_heads > 0 && num_heads % kv_heads == 0 && hd % 2 == 0 && hd <= 256 && hidden % 2 == 0,
-              "decoder_layer_bf16: heads must be a multiple of kv heads, head_dim even and <= 256, hidden even");
-  const int64_t q_dim = num_heads * hd, width = q_dim + 2 * kv_heads * hd;
-  const int64_t half = 32 * gate_up_packed.size(0), inter = half;  // packed by halves: 32 columns of each per group
-  for (const at::Tensor* t : {&input_norm, &post_norm})
+              "decoder_layers_bf16: heads must be a multiple of kv heads, head_dim even and <= 256, hidden even");
+  const int64_t q_dim = num_heads * hd, width = q_dim + 2 * kv_heads * hd, inter = 32 * w.gate_up.packed.size(0);
+  for (const at::Tensor* t : {&w.input_norm, &w.post_norm})
     TORCH_CHECK(t->dim() == 1 && t->size(0) == hidden && t->is_contiguous() && t->scalar_type() == at::kBFloat16,
-                "decoder_layer_bf16: the norm weights must be contiguous (hidden,) bfloat16");
-  const Packed qkv{qkv_packed, qkv_bias, "qkv"}, o{o_packed, o_bias, "o_proj"},
-      gate_up{gate_up_packed, gate_up_bias, "gate_up"}, down{down_packed, down_bias, "down_proj"};
-  check_packed(qkv, hidden, width);
-  check_packed(o, q_dim, hidden);
-  check_packed(gate_up, hidden, 2 * inter);
-  check_packed(down, inter, hidden);
-  TORCH_CHECK(cos.is_contiguous() && sin.is_contiguous() && cos.numel() == rows * hd && sin.numel() == rows * hd &&
-                  cos.scalar_type() == at::kBFloat16 && sin.scalar_type() == at::kBFloat16,
-              "decoder_layer_bf16: cos/sin tables (rows, head_dim) in bfloat16");
-  TORCH_CHECK(slot_mapping.scalar_type() == at::kLong && slot_mapping.is_contiguous() && slot_mapping.numel() == rows,
-              "decoder_layer_bf16: slot_mapping must be (rows,) int64");
-  if (rows == 0) return;
+                "decoder_layers_bf16: the norm weights must be contiguous (hidden,) bfloat16");
+  check_packed(w.qkv, hidden, width);
+  check_packed(w.o, q_dim, hidden);
+  check_packed(w.gate_up, hidden, 2 * inter);
+  check_packed(w.down, inter, hidden);
+}
 
-  const auto opts = x.options();
-  bf16* xp = x.data_ptr<bf16>();
-  at::Tensor h = at::empty({rows, hidden}, opts);
-  at::Tensor qkv_out = at::empty({rows, width}, opts);
-  at::Tensor attn = at::empty({rows, num_heads, hd}, opts);
-  at::Tensor act = at::empty({rows, inter}, opts);
-  bf16* hp = h.data_ptr<bf16>();
+struct StepRows {  // what every layer of the step shares
+  int64_t rows, hidden, num_heads;
+  const bf16* cos;
+  const bf16* sin;
+  const int64_t* slots;
+  const at::Tensor& block_tables;
+  const std::optional<at::Tensor>& row_tables;
+  const at::Tensor& context_lens;
+  double eps, scale;
+};
 
+struct Scratch {  // one step's intermediates, reused by every layer
+  at::Tensor h, qkv, attn, act;
+};
+
+void run_layer(bf16* xp, const LayerWeights& w, at::Tensor& k_cache, at::Tensor& v_cache, const StepRows& s,
+               Scratch& scratch) {
+  const int64_t rows = s.rows, hidden = s.hidden, kv_heads = k_cache.size(2), hd = k_cache.size(3);
+  const int64_t q_dim = s.num_heads * hd, width = q_dim + 2 * kv_heads * hd;
+  const int64_t half = 32 * w.gate_up.packed.size(0), inter = half;  // packed by halves: 32 columns of each per group
+  bf16* hp = scratch.h.data_ptr<bf16>();
+  bf16* qkv_out = scratch.qkv.data_ptr<bf16>();
   // Each stage is a scope torch.profiler shows by name (bench/profile_decode.py); off the profiler a
   // scope costs a flag check.
   {
     RECORD_USER_SCOPE("fused.input_norm");
-    norm_rows(hp, xp, input_norm, rows, hidden, eps);
+    norm_rows(hp, xp, w.input_norm, rows, hidden, s.eps);
   }
   {
     RECORD_USER_SCOPE("fused.qkv_proj");
-    linear(hp, hidden, rows, qkv, width, 0, qkv_out.data_ptr<bf16>(), width, Epilogue::kStore);
+    linear(hp, hidden, rows, w.qkv, width, 0, qkv_out, width, Epilogue::kStore);
   }
   {
     RECORD_USER_SCOPE("fused.rope_kv_write");
-    rope_and_store(qkv_out.data_ptr<bf16>(), rows, width, num_heads, kv_heads, hd, cos.data_ptr<bf16>(),
-                   sin.data_ptr<bf16>(), k_cache.data_ptr<bf16>(), v_cache.data_ptr<bf16>(),
-                   slot_mapping.data_ptr<int64_t>());
+    rope_and_store(qkv_out, rows, width, s.num_heads, kv_heads, hd, s.cos, s.sin, k_cache.data_ptr<bf16>(),
+                   v_cache.data_ptr<bf16>(), s.slots);
   }
   {
     RECORD_USER_SCOPE("fused.attention");
-    paged_attention(attn, qkv_out.narrow(1, 0, q_dim).view({rows, num_heads, hd}), k_cache, v_cache, block_tables,
-                    row_tables ? std::optional<at::Tensor>(*row_tables) : std::nullopt, context_lens, scale);
+    paged_attention(scratch.attn, scratch.qkv.narrow(1, 0, q_dim).view({rows, s.num_heads, hd}), k_cache, v_cache,
+                    s.block_tables, s.row_tables, s.context_lens, s.scale);
   }
   {
     RECORD_USER_SCOPE("fused.o_proj_residual");
-    linear(attn.data_ptr<bf16>(), q_dim, rows, o, hidden, 0, xp, hidden, Epilogue::kAddInto);
+    linear(scratch.attn.data_ptr<bf16>(), q_dim, rows, w.o, hidden, 0, xp, hidden, Epilogue::kAddInto);
   }
   {
     RECORD_USER_SCOPE("fused.post_norm");
-    norm_rows(hp, xp, post_norm, rows, hidden, eps);
+    norm_rows(hp, xp, w.post_norm, rows, hidden, s.eps);
   }
   {
     RECORD_USER_SCOPE("fused.gate_up_silu");
-    linear(hp, hidden, rows, gate_up, 2 * inter, half, act.data_ptr<bf16>(), inter, Epilogue::kSiluMul);
+    linear(hp, hidden, rows, w.gate_up, 2 * inter, half, scratch.act.data_ptr<bf16>(), inter, Epilogue::kSiluMul);
   }
   {
     RECORD_USER_SCOPE("fused.down_proj_residual");
-    linear(act.data_ptr<bf16>(), inter, rows, down, hidden, 0, xp, hidden, Epilogue::kAddInto);
+    linear(scratch.act.data_ptr<bf16>(), inter, rows, w.down, hidden, 0, xp, hidden, Epilogue::kAddInto);
   }
+}
+
+// The step's decoder layers in turn over x, in place: layer i reads weights [10 i, 10 i + 10) and its
+// pool layer k_caches[i], v_caches[i]. One call a step instead of one a layer: on SmolLM2 the Python
+// and dispatch around 30 layer calls cost about as much as a tenth of a one-row step.
+void decoder_layers_bf16(at::Tensor x, const c10::List<c10::optional<at::Tensor>>& weight_list,
+                         at::TensorList k_caches, at::TensorList v_caches, const at::Tensor& cos, const at::Tensor& sin,
+                         const at::Tensor& slot_mapping, const at::Tensor& block_tables,
+                         const c10::optional<at::Tensor>& row_tables, const at::Tensor& context_lens,
+                         int64_t num_heads, double eps, double scale) {
+  TORCH_CHECK(linear_bf16_supported(), "decoder_layers_bf16: built without AVX512_BF16");
+  TORCH_CHECK(x.dim() == 2 && x.is_contiguous() && x.scalar_type() == at::kBFloat16 && x.device().is_cpu(),
+              "decoder_layers_bf16: x must be a contiguous (rows, hidden) bfloat16 CPU tensor");
+  const int64_t layers = static_cast<int64_t>(k_caches.size());
+  TORCH_CHECK(static_cast<int64_t>(v_caches.size()) == layers &&
+                  static_cast<int64_t>(weight_list.size()) == WEIGHTS_PER_LAYER * layers,
+              "decoder_layers_bf16: ", WEIGHTS_PER_LAYER, " weights and a k and v pool layer per layer, got ",
+              weight_list.size(), " weights, ", k_caches.size(), " and ", v_caches.size(), " pool layers");
+  const int64_t rows = x.size(0), hidden = x.size(1);
+  const std::vector<c10::optional<at::Tensor>> weights = weight_list.vec();
+  for (int64_t i = 0; i < layers; ++i) check_layer(layer_weights(weights, i), k_caches[i], v_caches[i], hidden, num_heads);
+  if (layers == 0) return;
+  const int64_t hd = k_caches[0].size(3);
+  for (int64_t i = 1; i < layers; ++i)
+    TORCH_CHECK(k_caches[i].sizes() == k_caches[0].sizes() &&
+                    layer_weights(weights, i).gate_up.packed.sizes() == layer_weights(weights, 0).gate_up.packed.sizes(),
+                "decoder_layers_bf16: every layer must have layer 0's shapes");
+  TORCH_CHECK(cos.is_contiguous() && sin.is_contiguous() && cos.numel() == rows * hd && sin.numel() == rows * hd &&
+                  cos.scalar_type() == at::kBFloat16 && sin.scalar_type() == at::kBFloat16,
+              "decoder_layers_bf16: cos/sin tables (rows, head_dim) in bfloat16");
+  TORCH_CHECK(slot_mapping.scalar_type() == at::kLong && slot_mapping.is_contiguous() && slot_mapping.numel() == rows,
+              "decoder_layers_bf16: slot_mapping must be (rows,) int64");
+  if (rows == 0) return;
+
+  const int64_t kv_heads = k_caches[0].size(2), width = (num_heads + 2 * kv_heads) * hd;
+  const auto opts = x.options();
+  Scratch scratch{at::empty({rows, hidden}, opts), at::empty({rows, width}, opts),
+                  at::empty({rows, num_heads, hd}, opts),
+                  at::empty({rows, 32 * layer_weights(weights, 0).gate_up.packed.size(0)}, opts)};
+  const std::optional<at::Tensor> tables_of_rows = row_tables ? std::optional<at::Tensor>(*row_tables) : std::nullopt;
+  const StepRows step{rows, hidden, num_heads, cos.data_ptr<bf16>(), sin.data_ptr<bf16>(),
+                      slot_mapping.data_ptr<int64_t>(), block_tables, tables_of_rows, context_lens, eps, scale};
+  bf16* xp = x.data_ptr<bf16>();
+  for (int64_t i = 0; i < layers; ++i) {
+    at::Tensor k_cache = k_caches[i], v_cache = v_caches[i];
+    run_layer(xp, layer_weights(weights, i), k_cache, v_cache, step, scratch);
+  }
+}
+
+// Whether every parameter the stack's packs were built from still sits at the storage and version it
+// had then: state[2 i] is params[i]'s data pointer, state[2 i + 1] its version (-1 for an inference
+// tensor, which keeps none). The check in Python, 300 attribute reads over caches a step's weights have
+// flushed, took ~0.3 ms of a SmolLM2 step.
+bool params_unchanged(at::TensorList params, const at::Tensor& state) {
+  TORCH_CHECK(state.scalar_type() == at::kLong && state.is_contiguous() && state.device().is_cpu(),
+              "params_unchanged: state must be a contiguous int64 CPU tensor");
+  if (state.numel() != 2 * static_cast<int64_t>(params.size())) return false;
+  const int64_t* s = state.data_ptr<int64_t>();
+  for (size_t i = 0; i < params.size(); ++i) {
+    const at::Tensor& p = params[i];
+    const int64_t version = p.is_inference() ? -1 : static_cast<int64_t>(p._version());
+    if (reinterpret_cast<int64_t>(p.data_ptr()) != s[2 * i] || version != s[2 * i + 1]) return false;
+  }
+  return true;
 }
 
 }  // namespace
 }  // namespace batchtop_cpu
 
 TORCH_LIBRARY_FRAGMENT(batchtop_cpu, m) {
-  m.def("decoder_layer_bf16(Tensor(a!) x, Tensor input_norm, Tensor post_norm, Tensor qkv, Tensor? qkv_bias, "
-        "Tensor o, Tensor? o_bias, Tensor gate_up, Tensor? gate_up_bias, Tensor down, Tensor? down_bias, "
-        "Tensor cos, Tensor sin, Tensor(b!) k_cache, Tensor(c!) v_cache, Tensor slot_mapping, Tensor block_tables, "
-        "Tensor? row_tables, Tensor context_lens, int num_heads, float eps, float scale) -> ()");
-  m.impl("decoder_layer_bf16", c10::DispatchKey::CPU, TORCH_FN(batchtop_cpu::decoder_layer_bf16));
+  m.def("decoder_layers_bf16(Tensor(a!) x, Tensor?[] weights, Tensor(b!)[] k_caches, Tensor(c!)[] v_caches, "
+        "Tensor cos, Tensor sin, Tensor slot_mapping, Tensor block_tables, Tensor? row_tables, Tensor context_lens, "
+        "int num_heads, float eps, float scale) -> ()");
+  m.impl("decoder_layers_bf16", c10::DispatchKey::CPU, TORCH_FN(batchtop_cpu::decoder_layers_bf16));
+  m.def("params_unchanged(Tensor[] params, Tensor state) -> bool", &batchtop_cpu::params_unchanged);
 }

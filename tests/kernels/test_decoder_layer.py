@@ -86,21 +86,20 @@ def test_splitting_the_columns_between_threads_inside_a_group_changes_no_bit(n):
                                rtol=2e-2, atol=2e-2)
 
 
-def layer_and_batch(config, rows_spec, seed: int = 0):
-    """A bf16 DecoderLayer with random weights, a pool with random cached K/V, and a step's batch:
-    rows_spec is a list of (cached tokens, new tokens) per sequence; 1-token sequences are decode rows."""
+def model_and_batch(config, rows_spec, seed: int = 0, layers: int = 1):
+    """A bf16 model of `layers` layers with random weights, a pool with random cached K/V in each layer,
+    and a step's batch: rows_spec is a list of (cached tokens, new tokens) per sequence; 1-token
+    sequences are decode rows. -> (model, positions, cos, sin, batch)."""
     torch.manual_seed(seed)
-    model = LlamaForCausalLM(dataclasses.replace(config, num_hidden_layers=1)).to(torch.bfloat16)
+    model = LlamaForCausalLM(dataclasses.replace(config, num_hidden_layers=layers)).to(torch.bfloat16)
     init_weights(model, seed, std=0.1)
     for name, param in model.named_parameters():  # biases and norms away from their trivial values
         if name.endswith("bias") or name.endswith("norm.weight"):
             with torch.no_grad():
                 param.normal_(1.0 if name.endswith("norm.weight") else 0.0, 0.1)
-    layer: DecoderLayer = model.model.layers[0]
     block, blocks = 4, 128
     shape = (blocks + 1, block, config.num_key_value_heads, config.head_dim)
-    k_cache = torch.randn(shape).to(torch.bfloat16)
-    v_cache = torch.randn(shape).to(torch.bfloat16)
+    pools = [(torch.randn(shape).to(torch.bfloat16), torch.randn(shape).to(torch.bfloat16)) for _ in range(layers)]
     perm = torch.randperm(blocks)
     tables, row_tables, lens, slots, positions, used = [], [], [], [], [], 0
     width = max(-(-(c + n) // block) for c, n in rows_spec)
@@ -113,12 +112,26 @@ def layer_and_batch(config, rows_spec, seed: int = 0):
             lens.append(p + 1)
             slots.append(table[p // block] * block + p % block)
             positions.append(p)
-    x = torch.randn(len(positions), config.hidden_size).to(torch.bfloat16)
-    cos, sin = rope_cos_sin(torch.tensor(positions), rope_inv_freq(config), torch.bfloat16)
-    tables_t = torch.tensor(tables)
-    batch = AttentionBatch([(k_cache, v_cache)], torch.tensor(slots), 0, None, None, [],
-                           varlen=VarlenRows(tables_t, torch.tensor(row_tables), torch.tensor(lens)))
-    return layer, x, cos, sin, batch
+    positions = torch.tensor(positions)
+    cos, sin = rope_cos_sin(positions, rope_inv_freq(config), torch.bfloat16)
+    batch = AttentionBatch(pools, torch.tensor(slots), 0, None, None, [],
+                           varlen=VarlenRows(torch.tensor(tables), torch.tensor(row_tables), torch.tensor(lens)))
+    return model, positions, cos, sin, batch
+
+
+def layer_and_batch(config, rows_spec, seed: int = 0):
+    """model_and_batch's one layer, and a random x for its rows."""
+    model, positions, cos, sin, batch = model_and_batch(config, rows_spec, seed)
+    x = torch.randn(positions.numel(), config.hidden_size).to(torch.bfloat16)
+    return model.model.layers[0], x, cos, sin, batch
+
+
+def fused(layer: DecoderLayer, x, cos, sin, batch, rows) -> None:
+    """The layer through decoder_layers_bf16 (a stack of one), into x."""
+    attn = layer.self_attn
+    k_cache, v_cache = batch.kv_caches[attn.layer_idx]
+    cpu_kernels.decoder_layers_bf16(x, list(layer.fused_weights()), [k_cache], [v_cache], cos, sin, batch.slot_mapping,
+                                    *rows, attn.num_heads, layer.input_layernorm.variance_epsilon, attn.scale)
 
 
 CONFIGS = {
@@ -144,37 +157,39 @@ def test_the_fused_layer_is_bitwise_the_op_by_op_layer(config, rows_spec, num_th
         want_pool = k_cache.clone(), v_cache.clone()
         k_cache.copy_(pools[0]), v_cache.copy_(pools[1])
         varlen = batch.varlen
-        layer.forward_fused(got, cos, sin, batch, (varlen.tables, varlen.row_tables, varlen.context_lens))
+        fused(layer, got, cos, sin, batch, (varlen.tables, varlen.row_tables, varlen.context_lens))
     assert torch.equal(got, want)
     assert torch.equal(k_cache, want_pool[0]) and torch.equal(v_cache, want_pool[1])
     assert not torch.equal(k_cache, pools[0])  # the step's K/V really went into the pool
 
 
-def test_a_weight_written_or_replaced_between_steps_reaches_the_fused_layer():
-    """The fused layer keeps its weights' packs between calls; one written in place (a reload) or a
-    parameter replaced must be what the next call computes with."""
+def test_the_fused_stack_is_bitwise_the_op_by_op_model_and_sees_weights_written_between_steps():
+    """The model's layers in one call give the op-by-op logits bit for bit; the stack keeps every layer's
+    packs between steps, and a weight written in place (a reload) or a parameter replaced in any layer
+    must be what the next step computes with."""
     config = CONFIGS["biases"]
-    layer, x, cos, sin, batch = layer_and_batch(config, [(5, 1), (3, 1)])
-    rows = (batch.varlen.tables, batch.varlen.row_tables, batch.varlen.context_lens)
+    model, positions, cos, sin, batch = model_and_batch(config, [(5, 1), (3, 1), (0, 4)], layers=3)
+    input_ids = torch.randint(0, config.vocab_size, (positions.numel(),))
+    rows = torch.arange(positions.numel())
+    pools = [(k.clone(), v.clone()) for k, v in batch.kv_caches]
 
-    def fused_and_op_by_op():
-        k_cache, v_cache = batch.kv_caches[0]
-        pools = k_cache.clone(), v_cache.clone()
-        got = x.clone()
-        with torch.inference_mode():
-            layer.forward_fused(got, cos, sin, batch, rows)
-            k_cache.copy_(pools[0]), v_cache.copy_(pools[1])
-            want = layer(x.clone(), cos, sin, batch)
-        return got, want
+    def logits(fuse: bool) -> torch.Tensor:
+        with torch.no_grad():
+            for (k, v), (k0, v0) in zip(batch.kv_caches, pools):
+                k.copy_(k0), v.copy_(v0)
+        model.fuse_layers = fuse
+        return model(input_ids, positions, batch, rows)
 
-    before, _ = fused_and_op_by_op()
+    before = logits(True)
+    assert torch.equal(before, logits(False))
     with torch.no_grad():
-        layer.mlp.down_proj.weight.mul_(2)  # in place, as load_state_dict writes
-    written, want = fused_and_op_by_op()
-    assert torch.equal(written, want) and not torch.equal(written, before)
-    layer.self_attn.qkv_proj.bias = torch.nn.Parameter(torch.zeros_like(layer.self_attn.qkv_proj.bias))
-    replaced, want = fused_and_op_by_op()
-    assert torch.equal(replaced, want) and not torch.equal(replaced, written)
+        model.model.layers[2].mlp.down_proj.weight.mul_(2)  # in place, as load_state_dict writes
+    written = logits(True)
+    assert torch.equal(written, logits(False)) and not torch.equal(written, before)
+    attn = model.model.layers[1].self_attn
+    attn.qkv_proj.bias = torch.nn.Parameter(torch.zeros_like(attn.qkv_proj.bias))
+    replaced = logits(True)
+    assert torch.equal(replaced, logits(False)) and not torch.equal(replaced, written)
 
 
 def test_a_bad_fused_layer_call_names_what_is_wrong():
@@ -183,12 +198,12 @@ def test_a_bad_fused_layer_call_names_what_is_wrong():
     rows = (varlen.tables, varlen.row_tables, varlen.context_lens)
     with torch.inference_mode():
         with pytest.raises(RuntimeError, match="x must be a contiguous"):
-            layer.forward_fused(x.float(), cos, sin, batch, rows)
+            fused(layer, x.float(), cos, sin, batch, rows)
         with pytest.raises(RuntimeError, match="slot_mapping"):
-            layer.forward_fused(x, cos, sin, AttentionBatch(batch.kv_caches, batch.slot_mapping[:1], 0, None, None,
+            fused(layer, x, cos, sin, AttentionBatch(batch.kv_caches, batch.slot_mapping[:1], 0, None, None,
                                                             []), rows)
         with pytest.raises(RuntimeError, match="cos/sin"):
-            layer.forward_fused(x, cos[:1], sin[:1], batch, rows)
+            fused(layer, x, cos[:1], sin[:1], batch, rows)
 
 
 def test_a_bf16_engine_runs_its_layers_fused_and_greedy_tokens_match_the_op_by_op_engine(monkeypatch):
@@ -200,8 +215,8 @@ def test_a_bf16_engine_runs_its_layers_fused_and_greedy_tokens_match_the_op_by_o
     requests = make_requests(6, seed=5, prompt=(3, 20), output=(6, 12))
     fused_engine = Engine(tiny_config(max_num_seqs=4, dtype="bfloat16"))
     calls = []
-    forward_fused = DecoderLayer.forward_fused
-    monkeypatch.setattr(DecoderLayer, "forward_fused", lambda self, *a: calls.append(1) or forward_fused(self, *a))
+    stack = cpu_kernels.decoder_layers_bf16
+    monkeypatch.setattr(cpu_kernels, "decoder_layers_bf16", lambda *a: calls.append(1) or stack(*a))
     fused, _, _ = run_all(fused_engine, requests)
     assert calls
     model = fused_engine.runner.model
@@ -228,8 +243,8 @@ def test_kernels_switched_in_mid_run_bring_the_fused_layers_and_change_no_token(
     from_start, _, _ = run_all(Engine(config), requests)
 
     calls: list[int] = []
-    forward_fused = DecoderLayer.forward_fused
-    monkeypatch.setattr(DecoderLayer, "forward_fused", lambda self, *a: calls.append(1) or forward_fused(self, *a))
+    stack = cpu_kernels.decoder_layers_bf16
+    monkeypatch.setattr(cpu_kernels, "decoder_layers_bf16", lambda *a: calls.append(1) or stack(*a))
     monkeypatch.setattr(cpu_kernels, "_active", False)  # as while the background build runs
     packing.cache_clear()
     steps = iter(range(1000))
