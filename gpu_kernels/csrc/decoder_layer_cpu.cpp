@@ -195,13 +195,17 @@ void decoder_layers_bf16(at::Tensor x, const c10::List<c10::optional<at::Tensor>
               weight_list.size(), " weights, ", k_caches.size(), " and ", v_caches.size(), " pool layers");
   const int64_t rows = x.size(0), hidden = x.size(1);
   const std::vector<c10::optional<at::Tensor>> weights = weight_list.vec();
-  for (int64_t i = 0; i < layers; ++i) check_layer(layer_weights(weights, i), k_caches[i], v_caches[i], hidden, num_heads);
+  std::vector<LayerWeights> stack;
+  stack.reserve(layers);
+  for (int64_t i = 0; i < layers; ++i) {
+    stack.push_back(layer_weights(weights, i));
+    check_layer(stack[i], k_caches[i], v_caches[i], hidden, num_heads);
+    TORCH_CHECK(k_caches[i].sizes() == k_caches[0].sizes() &&  // the scratch is sized by layer 0
+                    stack[i].gate_up.packed.sizes() == stack[0].gate_up.packed.sizes(),
+                "decoder_layers_bf16: every layer must have layer 0's shapes");
+  }
   if (layers == 0) return;
   const int64_t hd = k_caches[0].size(3);
-  for (int64_t i = 1; i < layers; ++i)
-    TORCH_CHECK(k_caches[i].sizes() == k_caches[0].sizes() &&
-                    layer_weights(weights, i).gate_up.packed.sizes() == layer_weights(weights, 0).gate_up.packed.sizes(),
-                "decoder_layers_bf16: every layer must have layer 0's shapes");
   TORCH_CHECK(cos.is_contiguous() && sin.is_contiguous() && cos.numel() == rows * hd && sin.numel() == rows * hd &&
                   cos.scalar_type() == at::kBFloat16 && sin.scalar_type() == at::kBFloat16,
               "decoder_layers_bf16: cos/sin tables (rows, head_dim) in bfloat16");
@@ -213,14 +217,14 @@ void decoder_layers_bf16(at::Tensor x, const c10::List<c10::optional<at::Tensor>
   const auto opts = x.options();
   Scratch scratch{at::empty({rows, hidden}, opts), at::empty({rows, width}, opts),
                   at::empty({rows, num_heads, hd}, opts),
-                  at::empty({rows, 32 * layer_weights(weights, 0).gate_up.packed.size(0)}, opts)};
+                  at::empty({rows, 32 * stack[0].gate_up.packed.size(0)}, opts)};
   const std::optional<at::Tensor> tables_of_rows = row_tables ? std::optional<at::Tensor>(*row_tables) : std::nullopt;
   const StepRows step{rows, hidden, num_heads, cos.data_ptr<bf16>(), sin.data_ptr<bf16>(),
                       slot_mapping.data_ptr<int64_t>(), block_tables, tables_of_rows, context_lens, eps, scale};
   bf16* xp = x.data_ptr<bf16>();
   for (int64_t i = 0; i < layers; ++i) {
     at::Tensor k_cache = k_caches[i], v_cache = v_caches[i];
-    run_layer(xp, layer_weights(weights, i), k_cache, v_cache, step, scratch);
+    run_layer(xp, stack[i], k_cache, v_cache, step, scratch);
   }
 }
 
