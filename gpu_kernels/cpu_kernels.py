@@ -7,9 +7,10 @@
   elementwise steps in one pass, rounded as Hugging Face's separate torch ops round.
 - sample and argmax (sampling_cpu.cpp): the sampler's greedy / temperature / top-p draw, a few passes
   over each row where the torch version makes a dozen full-batch ops.
-- pack_linear_bf16 and linear_bf16 (linear_bf16_cpu.cpp): bf16 linear layers on AVX512_BF16 from a
-  weight packed once, streamed front to back; decode GEMMs at up to 1.4x oneDNN's speed. A [gate | up]
-  weight packed by halves gives silu(gate) * up straight from the GEMM (silu_mul_linear_bf16).
+- pack_linear_bf16 and linear_bf16 (linear_bf16_cpu.cpp): bf16 linear layers from a weight packed once,
+  streamed front to back, on AVX512_BF16 (decode GEMMs at up to 1.4x oneDNN's speed) or on AVX2 and FMA
+  (fp32 arithmetic on the bf16 weights: 1.5-2.4x oneDNN's fp32 GEMMs). A [gate | up] weight packed by
+  halves gives silu(gate) * up straight from the GEMM (silu_mul_linear_bf16).
 - decoder_layers_bf16 (decoder_layer_cpu.cpp): a step's decoder layers in one call over those kernels,
   bitwise what llama.DecoderLayer computes on them, without a Python call and allocation per op.
 bench/cpu_kernels.py measures each against the torch ops it replaces. The build (cpu_kernel_build.py:
@@ -23,6 +24,7 @@ be built, or with BATCHTOP_CPU_KERNEL=0, the torch code runs and `why_unavailabl
 from __future__ import annotations
 
 import os
+import shutil
 import sys
 import threading
 from collections.abc import Callable
@@ -137,6 +139,11 @@ def stop_background() -> None:
     """The process is leaving: stop a build still running (its lock is released with it)."""
     if _background is not None:
         _background.stop()
+
+
+def can_build() -> bool:
+    """Whether the kernels can be here (not turned off, a C++ compiler on PATH); builds nothing."""
+    return os.environ.get("BATCHTOP_CPU_KERNEL", "1") != "0" and shutil.which(os.environ.get("CXX", "c++")) is not None
 
 
 def active() -> bool:

@@ -1,10 +1,12 @@
 """The CPU roofs batchtop's own bf16 kernels reach, where they run.
 
-torch's bf16 GEMM and a tensor copy understate this CPU: batchtop's linear_bf16 (AVX512_BF16, weights
-packed once) runs a GEMM faster than torch's, and its GEMV streams a weight faster than a copy moves
-one, so a decode step measured against torch's roofs read above 100% of them. Where the kernels are
-active, device_peaks takes the higher of the two measurements for each roof: the best this machine
-was seen to do, which a step made of those same kernels cannot beat.
+torch's bf16 GEMM and a tensor copy understate this CPU: batchtop's linear_bf16 (weights packed once;
+AVX512_BF16, or AVX2 and FMA) runs a GEMM faster than torch's, and its GEMV streams a weight faster
+than a copy moves one, so a decode step measured against torch's roofs read above 100% of them. Where
+the kernels are active, device_peaks takes their GEMM's FLOP/s for the compute roof (the step's GEMMs
+are theirs; torch's bf16 GEMM without AVX512_BF16 takes about a minute at 2048^3) and the higher of
+the copy's and their GEMV's bandwidth for the memory roof: the best this machine was seen to do,
+which a step made of those same kernels cannot beat.
 
 The GEMV streams as many bytes as the copy (device_peaks.probe_mib: 256 MiB, about a SmolLM2 step's
 weights, or 8x the last-level cache), not a quarter of them. A last-level cache can keep part of a

@@ -9,7 +9,7 @@
 #include <cstring>
 #include <type_traits>
 
-#if defined(__AVX512F__)
+#if defined(__AVX2__) || defined(__AVX512F__)
 #include <immintrin.h>
 #endif
 

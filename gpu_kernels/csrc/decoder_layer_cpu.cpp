@@ -185,7 +185,7 @@ void decoder_layers_bf16(at::Tensor x, const c10::List<c10::optional<at::Tensor>
                          const at::Tensor& slot_mapping, const at::Tensor& block_tables,
                          const c10::optional<at::Tensor>& row_tables, const at::Tensor& context_lens,
                          int64_t num_heads, double eps, double scale) {
-  TORCH_CHECK(linear_bf16_supported(), "decoder_layers_bf16: built without AVX512_BF16");
+  TORCH_CHECK(linear_bf16_supported(), "decoder_layers_bf16: built without AVX512_BF16 or AVX2 and FMA");
   TORCH_CHECK(x.dim() == 2 && x.is_contiguous() && x.scalar_type() == at::kBFloat16 && x.device().is_cpu(),
               "decoder_layers_bf16: x must be a contiguous (rows, hidden) bfloat16 CPU tensor");
   const int64_t layers = static_cast<int64_t>(k_caches.size());

@@ -1,5 +1,5 @@
-// bf16 linear layers (y = x W^T + b) on AVX512_BF16, from a weight packed once so that every GEMM of a
-// step, from a 1-row decode GEMV to a prompt chunk, streams it front to back.
+// bf16 linear layers (y = x W^T + b) on AVX512_BF16, or on AVX2 and FMA (below), from a weight packed once
+// so that every GEMM of a step, from a 1-row decode GEMV to a prompt chunk, streams it front to back.
 //
 // Packed layout: output columns in groups of 64 (four 16-lane blocks), and within a group the input
 // features in pairs: packed[g][p][c][t] = W[64 g + c][2 p + t] (zero past N or K). One vdpbf16ps takes
@@ -32,17 +32,22 @@
 #include <torch/library.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
+#include <utility>
 #include <vector>
 
 #include "cpu_vec.h"
+
+#if defined(__AVX512BF16__) || (defined(__AVX2__) && defined(__FMA__))
+#define BATCHTOP_LINEAR_BF16 1
+#endif
 
 namespace batchtop_cpu {
 namespace {
 
 constexpr int64_t GROUP = 64;   // output columns per packed group
 constexpr int BLOCKS = 4;       // 16-lane blocks per group
-constexpr int MAX_ROWS = 6;     // rows per tile: 6 x 4 accumulators + 4 weight lines fit the 32 registers
 constexpr int64_t LINE = 64 * BLOCKS;  // bytes of one pair across a group
 // Pairs per K chunk when the rows take several tiles: 64 pairs are 16 KiB of a group's weights, which
 // the later tiles re-read from L1 (32 KiB) beside their rows' features and sums.
@@ -52,7 +57,16 @@ constexpr int64_t CHUNK = 64;
 // from DRAM, where the hardware prefetcher does better alone.
 constexpr int64_t PREFETCH = 16;
 
+// Block b of group g in out: its first column (a weight packed by halves alternates them by block) and
+// how many of its 16 columns there are (the last group's may run past N).
+inline std::pair<int64_t, int64_t> block_columns(const LinearArgs& a, int64_t g, int64_t b) {
+  const int64_t col = a.half ? (b & 1) * a.half + GROUP / 2 * g + 16 * (b >> 1) : GROUP * g + 16 * b;
+  return {col, a.half ? 16 : std::min<int64_t>(16, a.n - col)};
+}
+
 #if defined(__AVX512BF16__)
+constexpr int MAX_ROWS = 6;  // rows per tile: 6 x 4 accumulators + 4 weight lines fit the 32 registers
+
 // R rows (x_stride apart) times NB blocks of the group's lines, over np pairs from `line`; the sums start
 // at zero (fresh) or from acc, and end in acc: acc[(r * NB + b) * 16 + lane]. `next`, when given: lines
 // to prefetch into L2, one pair's worth per pair walked.
@@ -83,13 +97,6 @@ void accumulate(const c10::BFloat16* x, int64_t x_stride, const char* line, int6
     for (int b = 0; b < NB; ++b) _mm512_storeu_ps(acc_io + (r * NB + b) * 16, acc[r][b]);
 }
 
-using Accumulate = void (*)(const c10::BFloat16*, int64_t, const char*, int64_t, float*, bool, bool, const char*);
-template <int NB>
-constexpr Accumulate BY_ROWS[MAX_ROWS + 1] = {nullptr,           accumulate<1, NB>, accumulate<2, NB>,
-                                              accumulate<3, NB>, accumulate<4, NB>, accumulate<5, NB>,
-                                              accumulate<6, NB>};
-constexpr const Accumulate* KERNELS[BLOCKS + 1] = {nullptr, BY_ROWS<1>, BY_ROWS<2>, BY_ROWS<3>, BY_ROWS<4>};
-
 inline void store_cols(c10::BFloat16* dst, __m512 y, int64_t cols) {
   if (cols >= 16) {
     store16(dst, y);
@@ -103,6 +110,145 @@ inline void store_cols(c10::BFloat16* dst, __m512 y, int64_t cols) {
 inline __m512 silu16(__m512 x) {  // x / (1 + exp(-x)), as fused_ops' silu_and_mul
   return _mm512_div_ps(x, _mm512_add_ps(_mm512_set1_ps(1.f), exp16(_mm512_sub_ps(_mm512_setzero_ps(), x))));
 }
+
+// The rows' sums of group g's blocks [lo, lo + nb) (acc, as run_blocks lays them out) through the
+// epilogue into out.
+void finish_rows(const LinearArgs& a, const float* acc, int64_t g, int64_t lo, int nb) {
+  const int64_t rows = a.rows;
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* sums = acc + (r / MAX_ROWS) * MAX_ROWS * GROUP + (r % MAX_ROWS) * nb * 16;
+    c10::BFloat16* y = a.out + r * a.out_stride;
+    if (a.epilogue == Epilogue::kSiluMul) {  // blocks (2j, 2j+1) of group g: gate and up of 16 columns
+      for (int bb = 0; bb + 1 < nb; bb += 2) {
+        const int64_t col = GROUP / 2 * g + 16 * ((lo + bb) / 2), up_col = a.half + col;
+        __m512 gate = _mm512_loadu_ps(sums + bb * 16), up = _mm512_loadu_ps(sums + (bb + 1) * 16);
+        if (a.bias) gate = _mm512_add_ps(gate, load16(a.bias + col)), up = _mm512_add_ps(up, load16(a.bias + up_col));
+        const __m512 act = round16<c10::BFloat16>(silu16(round16<c10::BFloat16>(gate)));
+        store16(y + col, _mm512_mul_ps(act, round16<c10::BFloat16>(up)));
+      }
+      continue;
+    }
+    for (int bb = 0; bb < nb; ++bb) {
+      const auto [col, cols] = block_columns(a, g, lo + bb);
+      if (cols <= 0) break;
+      __m512 v = _mm512_loadu_ps(sums + bb * 16);
+      if (a.bias) {
+        if (cols >= 16) {
+          v = _mm512_add_ps(v, load16(a.bias + col));
+        } else {
+          alignas(64) c10::BFloat16 tmp[16] = {};
+          std::copy(a.bias + col, a.bias + col + cols, tmp);
+          v = _mm512_add_ps(v, load16(tmp));
+        }
+      }
+      if (a.epilogue == Epilogue::kAddInto) {  // y = dtype(y + dtype(x W^T + b))
+        alignas(64) c10::BFloat16 tmp[16] = {};
+        std::copy(y + col, y + col + cols, tmp);
+        v = _mm512_add_ps(load16(tmp), round16<c10::BFloat16>(v));
+      }
+      store_cols(y + col, v, cols);
+    }
+  }
+}
+#elif defined(__AVX2__) && defined(__FMA__)
+// AVX2 and FMA without AVX-512 (Zen 2/3, Intel before Ice Lake): the same packed weights, summed in the
+// same order in 8-lane fp32. A 32-bit lane of a line holds the pair (W[c][2p], W[c][2p+1]): shifted left
+// by 16 it is the first as fp32, with its low half masked off the second. A bf16 x bf16 product is exact
+// in fp32, so acc = fma(x[2p+1], w_odd, acc) then fma(x[2p], w_even, acc) rounds as vdpbf16ps does.
+constexpr int MAX_ROWS = 2;  // a tile's accumulators, its x pairs and a line's two halves fit 16 registers
+
+inline __m256 even_bf16(__m256i pairs) { return _mm256_castsi256_ps(_mm256_slli_epi32(pairs, 16)); }
+inline __m256 odd_bf16(__m256i pairs) {
+  return _mm256_castsi256_ps(_mm256_and_si256(pairs, _mm256_set1_epi32(static_cast<int32_t>(0xFFFF0000u))));
+}
+
+// R rows times V 8-column vectors of the lines from `line`, over np pairs; acc rows acc_stride floats
+// apart. The first `lines` 64-byte lines of each pair are prefetched PREFETCH pairs ahead (prefetch), and
+// as many of `next` into L2, one pair's worth per pair walked; lines [own, lines) of the pair walked,
+// which a later sweep reads, are fetched into L1 with it (a second pass then finds them there, not in DRAM).
+template <int R, int V>
+void sweep(const c10::BFloat16* x, int64_t x_stride, const char* line, int64_t np, float* acc_io, int64_t acc_stride,
+           bool fresh, int lines, bool prefetch, const char* next, int own) {
+  __m256 acc[R][V];
+  for (int r = 0; r < R; ++r)
+    for (int v = 0; v < V; ++v) acc[r][v] = fresh ? _mm256_setzero_ps() : _mm256_loadu_ps(acc_io + r * acc_stride + 8 * v);
+  for (int64_t p = 0; p < np; ++p, line += LINE) {
+    if (prefetch)
+      for (int l = 0; l < lines; ++l) _mm_prefetch(line + PREFETCH * LINE + 64 * l, _MM_HINT_T0);
+    if (next != nullptr) {
+      for (int l = 0; l < lines; ++l) _mm_prefetch(next + 64 * l, _MM_HINT_T1);
+      next += LINE;
+    }
+    for (int l = own; l < lines; ++l) _mm_prefetch(line + 64 * l, _MM_HINT_T0);
+    __m256 xe[R], xo[R];
+    for (int r = 0; r < R; ++r) {
+      int32_t pair;
+      std::memcpy(&pair, x + r * x_stride + 2 * p, sizeof pair);
+      const __m256i xp = _mm256_set1_epi32(pair);
+      xe[r] = even_bf16(xp), xo[r] = odd_bf16(xp);
+    }
+    for (int v = 0; v < V; ++v) {
+      const __m256i w = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(line + 32 * v));
+      const __m256 we = even_bf16(w), wo = odd_bf16(w);
+      for (int r = 0; r < R; ++r) acc[r][v] = _mm256_fmadd_ps(xe[r], we, _mm256_fmadd_ps(xo[r], wo, acc[r][v]));
+    }
+  }
+  for (int r = 0; r < R; ++r)
+    for (int v = 0; v < V; ++v) _mm256_storeu_ps(acc_io + r * acc_stride + 8 * v, acc[r][v]);
+}
+
+// accumulate's contract (above, for AVX-512) on 16 registers: one row takes the NB blocks in one sweep,
+// two rows take them four vectors (two blocks) at a time, the second sweep re-reading the lines from L1/L2.
+template <int R, int NB>
+void accumulate(const c10::BFloat16* x, int64_t x_stride, const char* line, int64_t np, float* acc_io, bool fresh,
+                bool prefetch, const char* next) {
+  constexpr int V = 2 * NB, STEP = R == 1 ? V : 4;
+  sweep<R, (V < STEP ? V : STEP)>(x, x_stride, line, np, acc_io, NB * 16, fresh, NB, prefetch, next, STEP / 2);
+  if constexpr (V > STEP)
+    sweep<R, V - STEP>(x, x_stride, line + 32 * STEP, np, acc_io + 8 * STEP, NB * 16, fresh, 0, false, nullptr, 0);
+}
+
+// finish_rows (above, for AVX-512) one element at a time: the epilogue is a small part of the GEMM.
+void finish_rows(const LinearArgs& a, const float* acc, int64_t g, int64_t lo, int nb) {
+  using bf16 = c10::BFloat16;
+  const auto bias = [&](int64_t col) { return a.bias ? to_float(a.bias[col]) : 0.f; };
+  for (int64_t r = 0; r < a.rows; ++r) {
+    const float* sums = acc + (r / MAX_ROWS) * MAX_ROWS * GROUP + (r % MAX_ROWS) * nb * 16;
+    bf16* y = a.out + r * a.out_stride;
+    if (a.epilogue == Epilogue::kSiluMul) {
+      for (int bb = 0; bb + 1 < nb; bb += 2) {
+        const int64_t col = GROUP / 2 * g + 16 * ((lo + bb) / 2), up_col = a.half + col;
+        for (int j = 0; j < 16; ++j) {
+          const float gate = round_to<bf16>(sums[bb * 16 + j] + bias(col + j));
+          const float up = round_to<bf16>(sums[(bb + 1) * 16 + j] + bias(up_col + j));
+          store(y + col + j, round_to<bf16>(gate / (1.f + std::exp(-gate))) * up);
+        }
+      }
+      continue;
+    }
+    for (int bb = 0; bb < nb; ++bb) {
+      const auto [col, cols] = block_columns(a, g, lo + bb);
+      if (cols <= 0) break;
+      for (int64_t j = 0; j < cols; ++j) {
+        float v = sums[bb * 16 + j] + bias(col + j);
+        if (a.epilogue == Epilogue::kAddInto) v = to_float(y[col + j]) + round_to<bf16>(v);
+        store(y + col + j, v);
+      }
+    }
+  }
+}
+#endif
+
+#if defined(BATCHTOP_LINEAR_BF16)
+using Accumulate = void (*)(const c10::BFloat16*, int64_t, const char*, int64_t, float*, bool, bool, const char*);
+template <int NB, int... R>
+constexpr std::array<Accumulate, MAX_ROWS + 1> by_rows(std::integer_sequence<int, R...>) {
+  return {nullptr, accumulate<R + 1, NB>...};
+}
+template <int NB>
+constexpr std::array<Accumulate, MAX_ROWS + 1> BY_ROWS = by_rows<NB>(std::make_integer_sequence<int, MAX_ROWS>{});
+constexpr const Accumulate* KERNELS[BLOCKS + 1] = {nullptr, BY_ROWS<1>.data(), BY_ROWS<2>.data(), BY_ROWS<3>.data(),
+                                                   BY_ROWS<4>.data()};
 
 // One thread's share: blocks [begin, end) of the packed weight's 16-column blocks.
 void run_blocks(const LinearArgs& a, int64_t begin, int64_t end) {
@@ -126,42 +272,7 @@ void run_blocks(const LinearArgs& a, int64_t begin, int64_t end) {
                           acc.data() + t * MAX_ROWS * GROUP, p0 == 0, t > 0, tiles > 1 && t <= 1 ? next : nullptr);
       }
     }
-    for (int64_t r = 0; r < rows; ++r) {
-      const float* sums = acc.data() + (r / MAX_ROWS) * MAX_ROWS * GROUP + (r % MAX_ROWS) * nb * 16;
-      c10::BFloat16* y = a.out + r * a.out_stride;
-      if (a.epilogue == Epilogue::kSiluMul) {  // blocks (2j, 2j+1) of group g: gate and up of 16 columns
-        for (int bb = 0; bb + 1 < nb; bb += 2) {
-          const int64_t col = GROUP / 2 * g + 16 * ((lo + bb) / 2), up_col = a.half + col;
-          __m512 gate = _mm512_loadu_ps(sums + bb * 16), up = _mm512_loadu_ps(sums + (bb + 1) * 16);
-          if (a.bias) gate = _mm512_add_ps(gate, load16(a.bias + col)), up = _mm512_add_ps(up, load16(a.bias + up_col));
-          const __m512 act = round16<c10::BFloat16>(silu16(round16<c10::BFloat16>(gate)));
-          store16(y + col, _mm512_mul_ps(act, round16<c10::BFloat16>(up)));
-        }
-        continue;
-      }
-      for (int bb = 0; bb < nb; ++bb) {
-        const int64_t b = lo + bb;
-        const int64_t col = a.half ? (b & 1) * a.half + GROUP / 2 * g + 16 * (b >> 1) : GROUP * g + 16 * b;
-        const int64_t cols = a.half ? 16 : std::min<int64_t>(16, a.n - col);
-        if (cols <= 0) break;
-        __m512 v = _mm512_loadu_ps(sums + bb * 16);
-        if (a.bias) {
-          if (cols >= 16) {
-            v = _mm512_add_ps(v, load16(a.bias + col));
-          } else {
-            alignas(64) c10::BFloat16 tmp[16] = {};
-            std::copy(a.bias + col, a.bias + col + cols, tmp);
-            v = _mm512_add_ps(v, load16(tmp));
-          }
-        }
-        if (a.epilogue == Epilogue::kAddInto) {  // y = dtype(y + dtype(x W^T + b))
-          alignas(64) c10::BFloat16 tmp[16] = {};
-          std::copy(y + col, y + col + cols, tmp);
-          v = _mm512_add_ps(load16(tmp), round16<c10::BFloat16>(v));
-        }
-        store_cols(y + col, v, cols);
-      }
-    }
+    finish_rows(a, acc.data(), g, lo, nb);
     blk = g * BLOCKS + hi;
   }
 }
@@ -170,7 +281,7 @@ void run_blocks(const LinearArgs& a, int64_t begin, int64_t end) {
 }  // namespace
 
 bool linear_bf16_supported() {
-#if defined(__AVX512BF16__)
+#if defined(BATCHTOP_LINEAR_BF16)
   return true;
 #else
   return false;
@@ -178,9 +289,9 @@ bool linear_bf16_supported() {
 }
 
 void linear_bf16_run(const LinearArgs& a) {
-  TORCH_CHECK(linear_bf16_supported(), "linear_bf16: built without AVX512_BF16");
+  TORCH_CHECK(linear_bf16_supported(), "linear_bf16: built without AVX512_BF16 or AVX2 and FMA");
   if (a.rows == 0) return;
-#if defined(__AVX512BF16__)
+#if defined(BATCHTOP_LINEAR_BF16)
   // a kSiluMul output column needs its gate and up blocks on one thread: split at block pairs then
   const int64_t unit = a.half ? 2 : 1, units = a.groups * BLOCKS / unit;
   at::parallel_for(0, units, 1, [&](int64_t begin, int64_t end) {
@@ -222,7 +333,7 @@ at::Tensor pack_linear_bf16(const at::Tensor& weight) {
 // and out stay in the plain order.
 void linear_bf16(at::Tensor& out, const at::Tensor& x, const at::Tensor& packed, const c10::optional<at::Tensor>& bias,
                  int64_t half, int64_t epilogue) {
-  TORCH_CHECK(linear_bf16_supported(), "linear_bf16: built without AVX512_BF16");
+  TORCH_CHECK(linear_bf16_supported(), "linear_bf16: built without AVX512_BF16 or AVX2 and FMA");
   TORCH_CHECK(x.dim() == 2 && x.scalar_type() == at::kBFloat16 && x.stride(1) == 1,
               "linear_bf16: x must be 2-D bfloat16 with unit column stride, got ", x.sizes(), " ", x.scalar_type());
   TORCH_CHECK(packed.dim() == 4 && packed.size(2) == GROUP && packed.size(3) == 2 && packed.is_contiguous() &&

@@ -106,7 +106,7 @@ def triton_interpreted(monkeypatch):
 
 
 BF16 = pytest.mark.skipif(packing(torch.device("cpu"), torch.bfloat16) != "batchtop",
-                          reason="bf16 is batch-invariant only on batchtop's CPU GEMMs (AVX512_BF16)")
+                          reason="bf16 is batch-invariant only on batchtop's CPU GEMMs (AVX512_BF16, or AVX2 and FMA)")
 PATHS = ["cpu_kernel", "torch_reference", "triton_interpreted"]
 
 

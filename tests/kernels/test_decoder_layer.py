@@ -19,7 +19,7 @@ from batchtop.gpu_kernels import cpu_kernels
 
 CPU = torch.device("cpu")
 pytestmark = pytest.mark.skipif(packing(CPU, torch.bfloat16) != "batchtop" or not cpu_kernels.decoder_layer_usable(),
-                                reason="needs batchtop's bf16 CPU kernels (AVX512_BF16)")
+                                reason="needs batchtop's bf16 CPU kernels (AVX512_BF16, or AVX2 and FMA)")
 
 
 @contextlib.contextmanager
