@@ -35,11 +35,15 @@ def cpu_has_fast_bf16() -> bool:
     """Whether bf16 beats fp32 here: where the CPU has native bf16 dot products (AVX512_BF16 or AMX), and
     on AVX2 with FMA where batchtop's CPU kernels can be built (their bf16 GEMMs read half the bytes of
     fp32 ones: a SmolLM2 step's 1.5-2.4x faster than oneDNN's fp32, bench/cpu_kernels.py)."""
-    flags = cpu_flags()
-    if {"avx512_bf16", "amx_bf16"} & flags:
+    if cpu_has_native_bf16():
         return True
     from batchtop.gpu_kernels import cpu_kernels
-    return {"avx2", "fma"} <= flags and cpu_kernels.can_build()
+    return {"avx2", "fma"} <= cpu_flags() and cpu_kernels.can_build()
+
+
+def cpu_has_native_bf16() -> bool:
+    """bf16 dot products in hardware (AVX512_BF16 or AMX): without them torch's bf16 GEMM is emulated."""
+    return bool({"avx512_bf16", "amx_bf16"} & cpu_flags())
 
 
 def resolve_device(device: str) -> str:

@@ -26,3 +26,13 @@ def test_the_kernels_cannot_build_when_turned_off_or_without_a_compiler(monkeypa
     monkeypatch.delenv("BATCHTOP_CPU_KERNEL")
     monkeypatch.setenv("CXX", "no-such-compiler-here")
     assert not cpu_kernels.can_build()
+
+
+def test_a_bf16_roof_without_native_bf16_does_not_time_a_minute_long_gemm(monkeypatch, tmp_path):
+    """The dashboard waits for its roofs before it draws; on an AVX2 CPU, before batchtop's kernels are
+    in, torch's emulated bf16 GEMM is what gets timed, and at 2048^3 that takes about a minute."""
+    from batchtop.core_engine.perf import device_peaks as dp
+    monkeypatch.setattr(dp, "cpu_has_native_bf16", lambda: False)
+    monkeypatch.setattr(dp, "kernels_in_use", lambda device, dtype: False)
+    peaks = dp.measure_peaks("cpu", "bfloat16", copy_mib=16)
+    assert peaks.source.endswith("bfloat16 GEMM 256^3") and peaks.peak_flops > 0
