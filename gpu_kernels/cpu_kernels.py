@@ -43,8 +43,12 @@ _tried = False  # a foreground build or load has been attempted (and failed, if 
 _background: ChildBuild | None = None
 
 
+def _turned_off() -> bool:
+    return os.environ.get("BATCHTOP_CPU_KERNEL", "1") == "0"
+
+
 def _disabled() -> bool:
-    if os.environ.get("BATCHTOP_CPU_KERNEL", "1") == "0":
+    if _turned_off():
         _why.append("turned off by BATCHTOP_CPU_KERNEL=0")
         return True
     return False
@@ -143,7 +147,7 @@ def stop_background() -> None:
 
 def can_build() -> bool:
     """Whether the kernels can be here (not turned off, a C++ compiler on PATH); builds nothing."""
-    return os.environ.get("BATCHTOP_CPU_KERNEL", "1") != "0" and shutil.which(os.environ.get("CXX", "c++")) is not None
+    return not _turned_off() and shutil.which(os.environ.get("CXX", "c++")) is not None
 
 
 def active() -> bool:

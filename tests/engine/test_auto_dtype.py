@@ -28,7 +28,7 @@ def test_the_kernels_cannot_build_when_turned_off_or_without_a_compiler(monkeypa
     assert not cpu_kernels.can_build()
 
 
-def test_a_bf16_roof_without_native_bf16_does_not_time_a_minute_long_gemm(monkeypatch, tmp_path):
+def test_a_bf16_roof_without_native_bf16_does_not_time_a_minute_long_gemm(monkeypatch):
     """The dashboard waits for its roofs before it draws; on an AVX2 CPU, before batchtop's kernels are
     in, torch's emulated bf16 GEMM is what gets timed, and at 2048^3 that takes about a minute."""
     from batchtop.core_engine.perf import device_peaks as dp
