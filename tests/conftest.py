@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import random
+import shutil
 import tempfile
 
 import pytest
@@ -17,10 +18,20 @@ from batchtop.core_engine.engine.snapshot import StepSnapshot
 from tests.support.hf_checkpoints import hf_checkpoints  # noqa: F401  (a session fixture: tiny HF checkpoints)
 
 # Device peaks are measured once and cached: keep the tests' cache out of the user's home. So is the
-# CPU kernels' build (torch's extensions directory): the suite builds its own copy, once per session.
-os.environ.setdefault("BATCHTOP_CACHE_DIR", tempfile.mkdtemp(prefix="batchtop-test-cache-"))
-os.environ.setdefault("TORCH_EXTENSIONS_DIR", tempfile.mkdtemp(prefix="batchtop-test-kernels-"))
+# CPU kernels' build (torch's extensions directory): the suite builds its own copy, once per session,
+# and removes the directories it made when it ends.
+SESSION_DIRS: list[str] = []
+for variable, prefix in (("BATCHTOP_CACHE_DIR", "batchtop-test-cache-"),
+                         ("TORCH_EXTENSIONS_DIR", "batchtop-test-kernels-")):
+    if variable not in os.environ:
+        os.environ[variable] = tempfile.mkdtemp(prefix=prefix)
+        SESSION_DIRS.append(os.environ[variable])
 torch.set_num_threads(1)  # tiny tensors: threads only add overhead; keeps the suite steady on 2 cores
+
+
+def pytest_sessionfinish(session, exitstatus) -> None:
+    for directory in SESSION_DIRS:
+        shutil.rmtree(directory, ignore_errors=True)
 
 
 class FakeClock:

@@ -38,6 +38,8 @@ void rms_norm_impl(at::Tensor& out, at::Tensor& x, const at::Tensor& w, double e
         int64_t i = 0;
 #if defined(__AVX512F__)
         for (; i + 16 <= n; i += 16) store16(row + i, _mm512_add_ps(load16(row + i), load16(other + i)));
+#elif defined(BATCHTOP_AVX2)
+        for (; i + 8 <= n; i += 8) store8(row + i, _mm256_add_ps(load8(row + i), load8(other + i)));
 #endif
         for (; i < n; ++i) store(row + i, to_float(row[i]) + to_float(other[i]));
       }
@@ -89,6 +91,14 @@ void silu_and_mul_impl(at::Tensor& out, const at::Tensor& gate_up) {
         const __m512 act =
             round16<T>(_mm512_div_ps(x, _mm512_add_ps(one, exp16(_mm512_sub_ps(_mm512_setzero_ps(), x)))));
         store16(o + i, _mm512_mul_ps(act, load16(u + i)));
+      }
+#elif defined(BATCHTOP_AVX2)
+      const __m256 one = _mm256_set1_ps(1.f);
+      for (; i + 8 <= n; i += 8) {
+        const __m256 x = load8(g + i);
+        const __m256 act =
+            round8<T>(_mm256_div_ps(x, _mm256_add_ps(one, exp8(_mm256_sub_ps(_mm256_setzero_ps(), x)))));
+        store8(o + i, _mm256_mul_ps(act, load8(u + i)));
       }
 #endif
       for (; i < n; ++i) {

@@ -21,6 +21,13 @@ void rms_norm_row(T* out, const T* x, const T* w, int64_t n, float eps) {
     acc = _mm512_fmadd_ps(v, v, acc);
   }
   sumsq = _mm512_reduce_add_ps(acc);
+#elif defined(BATCHTOP_AVX2)
+  __m256 acc = _mm256_setzero_ps();
+  for (; i + 8 <= n; i += 8) {
+    const __m256 v = load8(x + i);
+    acc = _mm256_fmadd_ps(v, v, acc);
+  }
+  sumsq = reduce_add8(acc);
 #endif
   for (; i < n; ++i) sumsq += to_float(x[i]) * to_float(x[i]);
   const float inv = 1.f / std::sqrt(sumsq / static_cast<float>(n) + eps);
@@ -31,6 +38,9 @@ void rms_norm_row(T* out, const T* x, const T* w, int64_t n, float eps) {
     const __m512 normed = round16<T>(_mm512_mul_ps(load16(x + i), vinv));  // rounded before the scale, as HF
     store16(out + i, _mm512_mul_ps(load16(w + i), normed));
   }
+#elif defined(BATCHTOP_AVX2)
+  const __m256 vinv = _mm256_set1_ps(inv);
+  for (; i + 8 <= n; i += 8) store8(out + i, _mm256_mul_ps(load8(w + i), round8<T>(_mm256_mul_ps(load8(x + i), vinv))));
 #endif
   for (; i < n; ++i) store(out + i, to_float(w[i]) * round_to<T>(to_float(x[i]) * inv));
 }

@@ -399,6 +399,124 @@ void attend_avx512_group(const Job& job, const Pool& pool, int group, float scal
 }
 #endif
 
+#if defined(BATCHTOP_AVX2)
+// Lane sums of 8 vectors as one vector: out[j] = sum of a[j]'s 8 lanes.
+inline __m256 reduce8(const __m256 (&a)[8]) {
+  // hadd(x, y) = [x0+x1, x2+x3, y0+y1, y2+y3 | the same of lanes 4-7]: two rounds leave each vector's
+  // sums of lanes 0-3 in the low half and of lanes 4-7 in the high half.
+  const __m256 s0 = _mm256_hadd_ps(_mm256_hadd_ps(a[0], a[1]), _mm256_hadd_ps(a[2], a[3]));
+  const __m256 s1 = _mm256_hadd_ps(_mm256_hadd_ps(a[4], a[5]), _mm256_hadd_ps(a[6], a[7]));
+  return _mm256_add_ps(_mm256_permute2f128_ps(s0, s1, 0x20), _mm256_permute2f128_ps(s0, s1, 0x31));
+}
+
+// attend_avx512's two passes on 8 lanes: C = head_dim / 8 vectors per head, G query heads per KV head
+// (0: a runtime group). AVX2 has 16 vector registers, so the tile is 8 keys, and the value sums are
+// kept in memory and taken up CV vectors at a time, a tile of 8 values at once, in registers.
+template <typename T, int C, int G>
+void attend_avx2(const Job& job, const Pool& pool, int runtime_group, float scale, std::vector<float>& work) {
+  constexpr int HD = 8 * C, CV = 4;
+  static_assert(C % CV == 0);
+  const int group = G > 0 ? G : runtime_group;
+  const T* q = static_cast<const T*>(job.q);
+  const T* kc = static_cast<const T*>(pool.k);
+  const T* vc = static_cast<const T*>(pool.v);
+  const int64_t n = job.context, padded = (n + 7) / 8 * 8;
+  work.assign(group * (padded + 2 * HD) + group, 0.f);
+  float* scores = work.data();
+  float* qf = scores + group * padded;
+  float* acc = qf + group * HD;
+  float* inv_sum = acc + group * HD;
+  const __m256 vscale = _mm256_set1_ps(scale);
+  for (int g = 0; g < group; ++g)
+    for (int c = 0; c < C; ++c)
+      _mm256_storeu_ps(qf + g * HD + 8 * c, _mm256_mul_ps(load8(q + g * job.q_head_stride + 8 * c), vscale));
+
+  // Scores: a tile's 8 keys in fp32 once, then per query head 8 dot products reduced together.
+  alignas(32) float tile[8 * HD];
+  Cursor at, ahead = prefetch_cursor(job, pool);
+  NextRow next(job, pool);
+  const auto load_tile = [&](const T* base, Cursor& cursor, int64_t len) {
+    for (int64_t j = 0; j < 8; ++j) {
+      if (j < len) {
+        const T* p = base + cursor.element(job, pool);
+        for (int c = 0; c < C; ++c) _mm256_store_ps(tile + j * HD + 8 * c, load8(p + 8 * c));
+        cursor.advance(pool);
+      } else {
+        for (int c = 0; c < C; ++c) _mm256_store_ps(tile + j * HD + 8 * c, _mm256_setzero_ps());
+      }
+    }
+  };
+  for (int64_t t0 = 0; t0 < n; t0 += 8) {
+    if (t0 % 16 == 0) {  // the prefetch schedule is per 16 keys
+      prefetch_ahead<T>(job, pool, HD, ahead, t0);
+      next.prefetch<T>(pool);
+    }
+    load_tile(kc, at, std::min<int64_t>(8, n - t0));
+    for (int g = 0; g < group; ++g) {
+      const float* qg = qf + g * HD;
+      __m256 a[8];
+      for (int j = 0; j < 8; ++j) a[j] = _mm256_mul_ps(_mm256_loadu_ps(qg), _mm256_load_ps(tile + j * HD));
+      for (int c = 1; c < C; ++c) {
+        const __m256 qc = _mm256_loadu_ps(qg + 8 * c);
+        for (int j = 0; j < 8; ++j) a[j] = _mm256_fmadd_ps(qc, _mm256_load_ps(tile + j * HD + 8 * c), a[j]);
+      }
+      _mm256_storeu_ps(scores + g * padded + t0, reduce8(a));
+    }
+  }
+  for (int g = 0; g < group; ++g) {
+    float* sg = scores + g * padded;
+    for (int64_t t = n; t < padded; ++t) sg[t] = -std::numeric_limits<float>::infinity();
+    __m256 m = _mm256_set1_ps(-std::numeric_limits<float>::infinity());
+    for (int64_t t = 0; t < padded; t += 8) m = _mm256_max_ps(m, _mm256_loadu_ps(sg + t));
+    const __m256 vmax = _mm256_set1_ps(reduce_max8(m));
+    __m256 sum = _mm256_setzero_ps();
+    for (int64_t t = 0; t < padded; t += 8) {
+      const __m256 e = exp8(_mm256_sub_ps(_mm256_loadu_ps(sg + t), vmax));
+      _mm256_storeu_ps(sg + t, e);
+      sum = _mm256_add_ps(sum, e);
+    }
+    inv_sum[g] = 1.f / reduce_add8(sum);
+  }
+
+  // Values: the tile's 8 in fp32 once, then per query head and run of CV vectors, the 8 weighted adds
+  // in registers (past the context the weights are 0 and the values 0).
+  at = Cursor{};
+  for (int64_t t0 = 0; t0 < n; t0 += 8) {
+    load_tile(vc, at, std::min<int64_t>(8, n - t0));
+    for (int g = 0; g < group; ++g) {
+      const float* pg = scores + g * padded + t0;
+      for (int c0 = 0; c0 < C; c0 += CV) {
+        float* ag = acc + g * HD + 8 * c0;
+        __m256 a[CV];
+        for (int c = 0; c < CV; ++c) a[c] = _mm256_loadu_ps(ag + 8 * c);
+        for (int j = 0; j < 8; ++j) {
+          const __m256 p = _mm256_broadcast_ss(pg + j);
+          for (int c = 0; c < CV; ++c) a[c] = _mm256_fmadd_ps(p, _mm256_load_ps(tile + j * HD + 8 * (c0 + c)), a[c]);
+        }
+        for (int c = 0; c < CV; ++c) _mm256_storeu_ps(ag + 8 * c, a[c]);
+      }
+    }
+  }
+  T* out = static_cast<T*>(job.out);
+  for (int g = 0; g < group; ++g) {
+    const __m256 inv = _mm256_set1_ps(inv_sum[g]);
+    for (int c = 0; c < C; ++c) store8(out + g * job.out_head_stride + 8 * c, _mm256_mul_ps(_mm256_loadu_ps(acc + g * HD + 8 * c), inv));
+  }
+}
+
+template <typename T, int C>
+void attend_avx2_group(const Job& job, const Pool& pool, int group, float scale, std::vector<float>& work) {
+  switch (group) {
+    case 1: return attend_avx2<T, C, 1>(job, pool, group, scale, work);
+    case 2: return attend_avx2<T, C, 2>(job, pool, group, scale, work);
+    case 3: return attend_avx2<T, C, 3>(job, pool, group, scale, work);  // SmolLM2: 9 heads on 3
+    case 4: return attend_avx2<T, C, 4>(job, pool, group, scale, work);
+    case 8: return attend_avx2<T, C, 8>(job, pool, group, scale, work);
+    default: return attend_avx2<T, C, 0>(job, pool, group, scale, work);
+  }
+}
+#endif
+
 template <typename T>
 void run_all(const at::Tensor& out, const at::Tensor& q, const at::Tensor& k_cache, const at::Tensor& v_cache,
              const at::Tensor& block_tables, const std::optional<at::Tensor>& row_tables,
@@ -472,6 +590,9 @@ void run_all(const at::Tensor& out, const at::Tensor& q, const at::Tensor& k_cac
 #if defined(__AVX512F__)
       if (hd == 64 && group <= 16) { attend_avx512_group<T, 4>(job, pool, group, fscale, work); continue; }
       if (hd == 128 && group <= 16) { attend_avx512_group<T, 8>(job, pool, group, fscale, work); continue; }
+#elif defined(BATCHTOP_AVX2)
+      if (hd == 64) { attend_avx2_group<T, 8>(job, pool, group, fscale, work); continue; }
+      if (hd == 128) { attend_avx2_group<T, 16>(job, pool, group, fscale, work); continue; }
 #endif
       attend_scalar<T>(job, pool, group, hd, fscale, work);
     }

@@ -51,6 +51,12 @@ int64_t first_max(const T* x, int64_t n) {  // the row's maximum found vectorise
     for (i = 16; i + 16 <= n; i += 16) m = _mm512_max_ps(m, load16(x + i));
     value = _mm512_reduce_max_ps(m);
   }
+#elif defined(BATCHTOP_AVX2)
+  if (n >= 8) {
+    __m256 m = load8(x);
+    for (i = 8; i + 8 <= n; i += 8) m = _mm256_max_ps(m, load8(x + i));
+    value = reduce_max8(m);
+  }
 #endif
   for (; i < n; ++i) value = std::max(value, to_float(x[i]));
   for (i = 0; i < n; ++i)
@@ -72,6 +78,15 @@ float softmax_weights(const T* x, int64_t n, float max, float inv_t, float* e) {
     acc = _mm512_add_ps(acc, v);
   }
   sum = _mm512_reduce_add_ps(acc);
+#elif defined(BATCHTOP_AVX2)
+  const __m256 vmax = _mm256_set1_ps(max), vinv = _mm256_set1_ps(inv_t);
+  __m256 acc = _mm256_setzero_ps();
+  for (; i + 8 <= n; i += 8) {
+    const __m256 v = exp8(_mm256_mul_ps(_mm256_sub_ps(load8(x + i), vmax), vinv));
+    _mm256_storeu_ps(e + i, v);
+    acc = _mm256_add_ps(acc, v);
+  }
+  sum = reduce_add8(acc);
 #endif
   for (; i < n; ++i) sum += (e[i] = std::exp((to_float(x[i]) - max) * inv_t));
   return sum;
@@ -88,6 +103,14 @@ float sum_above(const float* e, int64_t n, float floor) {  // the mass of weight
     acc = _mm512_mask_add_ps(acc, _mm512_cmp_ps_mask(v, vfloor, _CMP_GT_OQ), acc, v);
   }
   sum = _mm512_reduce_add_ps(acc);
+#elif defined(BATCHTOP_AVX2)
+  const __m256 vfloor = _mm256_set1_ps(floor);
+  __m256 acc = _mm256_setzero_ps();
+  for (; i + 8 <= n; i += 8) {
+    const __m256 v = _mm256_loadu_ps(e + i);
+    acc = _mm256_add_ps(acc, _mm256_and_ps(_mm256_cmp_ps(v, vfloor, _CMP_GT_OQ), v));
+  }
+  sum = reduce_add8(acc);
 #endif
   for (; i < n; ++i)
     if (e[i] > floor) sum += e[i];

@@ -144,12 +144,14 @@ def test_greedy_outputs_are_identical_with_caching_on_and_off(request, path, dty
     # roomy; chunked prefill (a prompt's blocks keyed chunk by chunk); a tight pool
     configs = [dict(max_num_seqs=4), dict(max_num_seqs=4, max_num_batched_tokens=8),
                dict(max_num_seqs=8, num_kv_blocks=14)]
+    workload = shared_workload
     if path == "triton_interpreted":  # interpreted decode rows are slow: the kernel reads shared blocks in
-        configs = configs[:1]  # the roomy run; preemption and eviction are the allocator's, tested above
+        configs = configs[:1]  # the roomy run, on one slot-full of the prefix's requests and one without it;
+        workload = lambda: shared_workload()[:4] + shared_workload()[-1:]  # noqa: E731  (eviction: the allocator's)
     for overrides in configs:
         overrides["dtype"] = dtype
-        on, snaps, engine = run(overrides, shared_workload(), count_evictions)
-        off, _, off_engine = run({**overrides, "enable_prefix_caching": False}, shared_workload())
+        on, snaps, engine = run(overrides, workload(), count_evictions)
+        off, _, off_engine = run({**overrides, "enable_prefix_caching": False}, workload())
         assert on == off, overrides
         assert len(set(on.values())) == len(on)  # outputs are request-specific: a mix-up would show
         c = engine.counters

@@ -86,6 +86,30 @@ def test_splitting_the_columns_between_threads_inside_a_group_changes_no_bit(n):
                                rtol=2e-2, atol=2e-2)
 
 
+@pytest.mark.parametrize("epilogue", ["store", "silu_mul", "add_into"])
+def test_a_rows_gemm_is_bitwise_the_same_alone_and_in_a_batch_of_any_size(epilogue):
+    """A few rows stream the packed weights and many rows share an fp32 copy of them (on AVX2, from 16
+    rows on); each row's output is still the one it gets alone, so a batch changes no token."""
+    k, n = 200, 96
+    layer = bf16_linear(k, 2 * n if epilogue == "silu_mul" else n, bias=True, halves=epilogue == "silu_mul")
+    x = torch.randn(21, k).to(torch.bfloat16)
+    residual = torch.randn(21, n).to(torch.bfloat16)
+
+    def run(rows: slice) -> torch.Tensor:
+        if epilogue == "silu_mul":
+            return layer.silu_mul(x[rows])
+        if epilogue == "add_into":
+            out = residual[rows].clone()  # out += x W^T + b, the residual add as the GEMM's epilogue
+            torch.ops.batchtop_cpu.linear_bf16(out, x[rows], layer.bf16_pack(), layer.bias, 0, 2)
+            return out
+        return layer(x[rows])
+
+    with torch.inference_mode():
+        alone = torch.cat([run(slice(r, r + 1)) for r in range(21)])
+        for rows in (2, 3, 5, 8, 13, 16, 18, 19, 21):  # tiles of 2, and from 16 rows tiles of 4 and what is left
+            assert torch.equal(run(slice(0, rows)), alone[:rows]), rows
+
+
 def model_and_batch(config, rows_spec, seed: int = 0, layers: int = 1):
     """A bf16 model of `layers` layers with random weights, a pool with random cached K/V in each layer,
     and a step's batch: rows_spec is a list of (cached tokens, new tokens) per sequence; 1-token

@@ -12,7 +12,8 @@ from batchtop.core_engine.model.packed_linear import PackedLinear, can_pack, pac
 CPU = torch.device("cpu")
 DTYPES = [pytest.param(dtype, marks=pytest.mark.skipif(not can_pack(CPU, dtype), reason=f"no packed {dtype} path"))
           for dtype in (torch.bfloat16, torch.float32)]
-batchtop_bf16 = pytest.mark.skipif(packing(CPU, torch.bfloat16) != "batchtop", reason="no AVX512_BF16 CPU kernels")
+batchtop_bf16 = pytest.mark.skipif(packing(CPU, torch.bfloat16) != "batchtop",
+                                   reason="no batchtop bf16 CPU kernels (AVX512_BF16, or AVX2 and FMA)")
 
 
 def same_as_f_linear(got: torch.Tensor, expected: torch.Tensor) -> bool:
