@@ -40,7 +40,10 @@ void rms_norm_row(T* out, const T* x, const T* w, int64_t n, float eps) {
   }
 #elif defined(BATCHTOP_AVX2)
   const __m256 vinv = _mm256_set1_ps(inv);
-  for (; i + 8 <= n; i += 8) store8(out + i, _mm256_mul_ps(load8(w + i), round8<T>(_mm256_mul_ps(load8(x + i), vinv))));
+  for (; i + 8 <= n; i += 8) {
+    const __m256 normed = round8<T>(_mm256_mul_ps(load8(x + i), vinv));  // rounded before the scale, as HF
+    store8(out + i, _mm256_mul_ps(load8(w + i), normed));
+  }
 #endif
   for (; i < n; ++i) store(out + i, to_float(w[i]) * round_to<T>(to_float(x[i]) * inv));
 }

@@ -348,7 +348,10 @@ void panel_block(const float* odd, const float* even, int64_t x_stride, int64_t 
     if constexpr (R > 2) row(2, lo2, hi2);
     if constexpr (R > 3) row(3, lo3, hi3);
   }
-  const auto finish = [&](int r, __m256 lo, __m256 hi) { _mm256_storeu_ps(sums[r], lo), _mm256_storeu_ps(sums[r] + 8, hi); };
+  const auto finish = [&](int r, __m256 lo, __m256 hi) {
+    _mm256_storeu_ps(sums[r], lo);
+    _mm256_storeu_ps(sums[r] + 8, hi);
+  };
   finish(0, lo0, hi0);
   if constexpr (R > 1) finish(1, lo1, hi1);
   if constexpr (R > 2) finish(2, lo2, hi2);
@@ -381,7 +384,8 @@ void run_panels(const LinearArgs& a, int64_t begin, int64_t end) {
       int64_t next_pairs = 0;
       int next_lines = 0;
       if (p0 + PANEL_PAIRS < pairs) {
-        next = wg + (p0 + PANEL_PAIRS) * LINE, next_pairs = std::min(PANEL_PAIRS, pairs - p0 - PANEL_PAIRS), next_lines = nb;
+        next = wg + (p0 + PANEL_PAIRS) * LINE, next_lines = nb;
+        next_pairs = std::min(PANEL_PAIRS, pairs - p0 - PANEL_PAIRS);
       } else if ((g + 1) * BLOCKS < end) {
         next = weights + (g + 1) * pairs * LINE, next_pairs = std::min(PANEL_PAIRS, pairs);
         next_lines = static_cast<int>(std::min<int64_t>(BLOCKS, end - (g + 1) * BLOCKS));

@@ -500,7 +500,8 @@ void attend_avx2(const Job& job, const Pool& pool, int runtime_group, float scal
   T* out = static_cast<T*>(job.out);
   for (int g = 0; g < group; ++g) {
     const __m256 inv = _mm256_set1_ps(inv_sum[g]);
-    for (int c = 0; c < C; ++c) store8(out + g * job.out_head_stride + 8 * c, _mm256_mul_ps(_mm256_loadu_ps(acc + g * HD + 8 * c), inv));
+    for (int c = 0; c < C; ++c)
+      store8(out + g * job.out_head_stride + 8 * c, _mm256_mul_ps(_mm256_loadu_ps(acc + g * HD + 8 * c), inv));
   }
 }
 
