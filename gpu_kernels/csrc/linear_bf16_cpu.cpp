@@ -64,6 +64,21 @@ inline std::pair<int64_t, int64_t> block_columns(const LinearArgs& a, int64_t g,
   return {col, a.half ? 16 : std::min<int64_t>(16, a.n - col)};
 }
 
+#if defined(__AVX512BF16__)
+constexpr int MAX_ROWS = 6;  // rows per tile: 6 x 4 accumulators + 4 weight lines fit the 32 registers
+#elif defined(__AVX2__) && defined(__FMA__)
+constexpr int MAX_ROWS = 2;  // a tile's accumulators, its x pairs and a line's two halves fit 16 registers
+#endif
+
+#if defined(BATCHTOP_LINEAR_BF16)
+// Where row r's sums of a group's nb blocks start in the accumulator buffer: a tile of MAX_ROWS rows
+// takes MAX_ROWS * GROUP floats, a row within it nb * 16 (accumulate's acc[(r * NB + b) * 16 + lane]).
+template <typename F>  // float, or const float for the epilogue
+inline F* row_sums(F* acc, int64_t r, int nb) {
+  return acc + (r / MAX_ROWS) * MAX_ROWS * GROUP + (r % MAX_ROWS) * nb * 16;
+}
+#endif
+
 // f(g, lo, nb, lines) for each group g that blocks [begin, end) of the packed weight's 16-column blocks
 // touch: its blocks [lo, lo + nb), their lines from `lines` (LINE bytes a pair).
 template <typename F>
@@ -77,8 +92,6 @@ void each_group(const LinearArgs& a, int64_t begin, int64_t end, F&& f) {
 }
 
 #if defined(__AVX512BF16__)
-constexpr int MAX_ROWS = 6;  // rows per tile: 6 x 4 accumulators + 4 weight lines fit the 32 registers
-
 // R rows (x_stride apart) times NB blocks of the group's lines, over np pairs from `line`; the sums start
 // at zero (fresh) or from acc, and end in acc: acc[(r * NB + b) * 16 + lane]. `next`, when given: lines
 // to prefetch into L2, one pair's worth per pair walked.
@@ -128,7 +141,7 @@ inline __m512 silu16(__m512 x) {  // x / (1 + exp(-x)), as fused_ops' silu_and_m
 void finish_rows(const LinearArgs& a, const float* acc, int64_t g, int64_t lo, int nb) {
   const int64_t rows = a.rows;
   for (int64_t r = 0; r < rows; ++r) {
-    const float* sums = acc + (r / MAX_ROWS) * MAX_ROWS * GROUP + (r % MAX_ROWS) * nb * 16;
+    const float* sums = row_sums(acc, r, nb);
     c10::BFloat16* y = a.out + r * a.out_stride;
     if (a.epilogue == Epilogue::kSiluMul) {  // blocks (2j, 2j+1) of group g: gate and up of 16 columns
       for (int bb = 0; bb + 1 < nb; bb += 2) {
@@ -167,8 +180,6 @@ void finish_rows(const LinearArgs& a, const float* acc, int64_t g, int64_t lo, i
 // same order in 8-lane fp32. A 32-bit lane of a line holds the pair (W[c][2p], W[c][2p+1]): shifted left
 // by 16 it is the first as fp32, with its low half masked off the second. A bf16 x bf16 product is exact
 // in fp32, so acc = fma(x[2p+1], w_odd, acc) then fma(x[2p], w_even, acc) rounds as vdpbf16ps does.
-constexpr int MAX_ROWS = 2;  // a tile's accumulators, its x pairs and a line's two halves fit 16 registers
-
 inline __m256 even_bf16(__m256i pairs) { return _mm256_castsi256_ps(_mm256_slli_epi32(pairs, 16)); }
 inline __m256 odd_bf16(__m256i pairs) {
   return _mm256_castsi256_ps(_mm256_and_si256(pairs, _mm256_set1_epi32(static_cast<int32_t>(0xFFFF0000u))));
@@ -220,12 +231,6 @@ void accumulate(const c10::BFloat16* x, int64_t x_stride, const char* line, int6
     sweep<R, V - STEP>(x, x_stride, line + 32 * STEP, np, acc_io + 8 * STEP, NB * 16, fresh, 0, false, nullptr, 0);
 }
 
-// Where row r's sums of a group's nb blocks start in the accumulator buffer: a tile of MAX_ROWS rows
-// takes MAX_ROWS * GROUP floats, a row within it nb * 16.
-inline float* row_sums(float* acc, int64_t r, int nb) {
-  return acc + (r / MAX_ROWS) * MAX_ROWS * GROUP + (r % MAX_ROWS) * nb * 16;
-}
-
 // The same columns as AVX-512's store_cols: a block's first `cols` of 8-lane halves lo and hi.
 inline void store_cols8(c10::BFloat16* dst, __m256 lo, __m256 hi, int64_t cols) {
   alignas(32) c10::BFloat16 tmp[16];
@@ -246,7 +251,7 @@ inline __m256 silu8(__m256 x) {  // x / (1 + exp(-x)), as fused_ops' silu_and_mu
 }
 
 // finish_rows (above, for AVX-512) on 8-lane halves of each block.
-void finish_rows(const LinearArgs& a, float* acc, int64_t g, int64_t lo, int nb) {
+void finish_rows(const LinearArgs& a, const float* acc, int64_t g, int64_t lo, int nb) {
   using bf16 = c10::BFloat16;
   for (int64_t r = 0; r < a.rows; ++r) {
     const float* sums = row_sums(acc, r, nb);

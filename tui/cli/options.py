@@ -84,7 +84,8 @@ _OPTIONS = [
                  help="Generate max_tokens for every request even past the model's EOS (presets always do)."),
     click.option("--device", type=click.Choice(["auto", "cpu", "cuda"]), default="auto", show_default=True),
     click.option("--dtype", type=click.Choice(["auto", "float32", "bfloat16", "float16"]), default="auto",
-                 show_default=True, help="auto = bfloat16 on CUDA, on CPUs with AVX512_BF16, and on AVX2 CPUs where batchtop's kernels build; else float32."),
+                 show_default=True, help="auto = bfloat16 on CUDA, on CPUs with AVX512_BF16, and on AVX2 CPUs "
+                                         "where batchtop's kernels build; else float32."),
     click.option("--seed", type=SEED, default=0, show_default=True, help="Seeds weights, prompts and sampling."),
     click.option("--enforce-eager", is_flag=True,
                  help="CUDA: run every decode step eagerly (no CUDA graphs captured per batch-size bucket)."),
