@@ -41,6 +41,7 @@ from transformers import AutoModelForCausalLM, ContinuousBatchingConfig, Generat
 
 from batchtop.core_engine.config import EngineConfig, preset  # noqa: E402
 from batchtop.core_engine.engine.engine import Engine  # noqa: E402
+from batchtop.core_engine.perf.metrics import MetricsCollector  # noqa: E402
 from batchtop.core_engine.run.headless import run_workload  # noqa: E402
 from batchtop.core_engine.sched.request import Request  # noqa: E402
 from batchtop.core_engine.workload.spec import WorkloadSpec, load_workload  # noqa: E402
@@ -150,18 +151,17 @@ def hf_model_from(engine: Engine) -> torch.nn.Module:
 
 
 # -- ours ---------------------------------------------------------------------------------------
-def timed_run(engine: Engine, requests: list[Request]) -> tuple[Timed, list]:
+def timed_run(engine: Engine, requests: list[Request]) -> tuple[Timed, MetricsCollector]:
     """The whole workload through a fresh engine that shares the (warm) model and KV pool; also
-    returns the finished requests (their latencies)."""
+    returns the run's metrics (its finished requests' latencies, its steps on the roofline)."""
     fresh = Engine(engine.config, runner=engine.runner)
     t0 = time.perf_counter()
     result = run_workload(fresh, requests)
     wall = time.perf_counter() - t0
     if not result.complete:
         raise RuntimeError(f"our engine did not complete: {result.error!r}")
-    finished = result.collector.finished
-    outputs = {f.request_id: list(f.output_token_ids) for f in finished}
-    return Timed(wall, outputs, result.collector.steps), finished
+    outputs = {f.request_id: list(f.output_token_ids) for f in result.collector.finished}
+    return Timed(wall, outputs, result.collector.steps), result.collector
 
 
 def ours_pass(engine: Engine, requests: list[Request]) -> Timed:

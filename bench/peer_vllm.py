@@ -42,6 +42,7 @@ from batchtop.core_engine.engine.engine import Engine
 from batchtop.core_engine.sched.request import Request, SamplingParams
 from batchtop.core_engine.model.export import export_checkpoint
 from batchtop.core_engine.model.hf_config import read_model_config
+from batchtop.core_engine.perf.device_peaks import device_peaks
 from batchtop.core_engine.workload.spec import WorkloadSpec, load_workload
 from peer_hf import Outputs, Timed  # bench/: one timed pass of ours, shared with the HF peer
 from peer_vllm_throughput import ours_pass_with_latencies, run_throughput_with
@@ -58,9 +59,12 @@ class BatchtopPeer:
                               block_size=16, num_kv_blocks=args.num_kv_blocks, seed=args.seed,
                               enable_prefix_caching=getattr(args, "prefix_caching", False))  # as the vLLM worker
         self.engine = Engine(config)  # its model is loaded once; every pass runs a fresh engine on it
+        self.peaks = device_peaks("cpu", dtype)  # the roofs a headless run measures (cached)
+        self.roof_fractions: list[float | None] = []  # each pass's decode steps, as a fraction of the roof
 
     def generate(self, requests: list[Request]) -> Timed:
-        timed, self.latencies = ours_pass_with_latencies(self.engine, requests)
+        timed, self.latencies, fraction = ours_pass_with_latencies(self.engine, requests, self.peaks)
+        self.roof_fractions.append(fraction)
         return timed
 
     def close(self) -> None:

@@ -71,7 +71,7 @@ def _activate(directory) -> bool:
 
 def _stderr_progress(state: BuildState) -> None:
     if state.phase == "waiting":
-        line = "building the CPU kernels (once per machine and version, about a minute on 2 cores)..."
+        line = "building the CPU kernels (once per machine and version, under a minute on 2 cores)..."
     elif state.phase == "building":
         line = f"CPU kernels: {state.done}/{state.total} compiled and linked, {state.seconds:.0f} s"
     else:

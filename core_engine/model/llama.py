@@ -268,7 +268,10 @@ class DecoderLayer(nn.Module):
 class LlamaBody(nn.Module):
     def __init__(self, config: ModelConfig) -> None:
         super().__init__()
-        self.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size)
+        # weights are always set after construction (init_weights, a checkpoint): _weight skips nn.Embedding's
+        # normal_ init, which on the meta device imports torch._dynamo, 2 s of every start
+        self.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size,
+                                         _weight=torch.empty(config.vocab_size, config.hidden_size))
         self.layers = nn.ModuleList(DecoderLayer(config, i) for i in range(config.num_hidden_layers))
         self.norm = RMSNorm(config.hidden_size, config.rms_norm_eps)
 
@@ -391,8 +394,12 @@ def empty_model(config: ModelConfig, device: str, dtype: torch.dtype) -> LlamaFo
     """The model with uninitialised weights allocated once, straight on the device, in the dtype."""
     with torch.device("meta"):
         model = LlamaForCausalLM(config)
-    model = model.to(dtype).to_empty(device=device)
-    model.tie_weights()  # to_empty from meta gives each module its own new tensor
+    # each meta parameter replaced by hand: Module.to_empty's empty_like on meta tensors imports sympy
+    for module in model.modules():
+        for name, param in list(module.named_parameters(recurse=False)):
+            setattr(module, name, nn.Parameter(torch.empty(param.shape, dtype=dtype, device=device),
+                                               requires_grad=param.requires_grad))
+    model.tie_weights()  # each module got its own new tensor
     return model.eval()
 
 

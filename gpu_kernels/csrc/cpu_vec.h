@@ -2,7 +2,7 @@
 // there is no AVX-512), exp, lane sums, and the dispatch on a tensor's dtype.
 #pragma once
 
-#include <ATen/ATen.h>
+#include <ATen/core/Tensor.h>
 #include <c10/util/BFloat16.h>
 
 #include <cstdint>

@@ -14,10 +14,9 @@
 // Every step rounds to bf16 where the torch ops round (the same kernels and row helpers as the unfused
 // path), so the layer's output is bitwise that of DecoderLayer.forward on the CPU kernels. Every row is
 // computed alone in a fixed order: a row's result does not depend on the other rows of the step.
-#include <ATen/ATen.h>
+#include <ATen/EmptyTensor.h>
 #include <ATen/Parallel.h>
 #include <ATen/record_function.h>
-#include <torch/library.h>
 
 #include <algorithm>
 #include <cstring>
@@ -26,7 +25,7 @@
 #include "cpu_vec.h"
 #include "fused_rows.h"
 #include "linear_bf16_cpu.h"
-#include "paged_attention_cpu.h"
+#include "ops_cpu.h"
 
 namespace batchtop_cpu {
 namespace {
@@ -177,6 +176,8 @@ void run_layer(bf16* xp, const LayerWeights& w, at::Tensor& k_cache, at::Tensor&
   }
 }
 
+}  // namespace
+
 // The step's decoder layers in turn over x, in place: layer i reads weights [10 i, 10 i + 10) and its
 // pool layer k_caches[i], v_caches[i]. One call a step instead of one a layer: on SmolLM2 the Python
 // and dispatch around 30 layer calls cost about as much as a tenth of a one-row step.
@@ -215,9 +216,9 @@ void decoder_layers_bf16(at::Tensor x, const c10::List<c10::optional<at::Tensor>
 
   const int64_t kv_heads = k_caches[0].size(2), width = (num_heads + 2 * kv_heads) * hd;
   const auto opts = x.options();
-  Scratch scratch{at::empty({rows, hidden}, opts), at::empty({rows, width}, opts),
-                  at::empty({rows, num_heads, hd}, opts),
-                  at::empty({rows, 32 * stack[0].gate_up.packed.size(0)}, opts)};
+  Scratch scratch{at::detail::empty_cpu({rows, hidden}, opts), at::detail::empty_cpu({rows, width}, opts),
+                  at::detail::empty_cpu({rows, num_heads, hd}, opts),
+                  at::detail::empty_cpu({rows, 32 * stack[0].gate_up.packed.size(0)}, opts)};
   const std::optional<at::Tensor> tables_of_rows = row_tables ? std::optional<at::Tensor>(*row_tables) : std::nullopt;
   const StepRows step{rows, hidden, num_heads, cos.data_ptr<bf16>(), sin.data_ptr<bf16>(),
                       slot_mapping.data_ptr<int64_t>(), block_tables, tables_of_rows, context_lens, eps, scale};
@@ -245,13 +246,4 @@ bool params_unchanged(at::TensorList params, const at::Tensor& state) {
   return true;
 }
 
-}  // namespace
 }  // namespace batchtop_cpu
-
-TORCH_LIBRARY_FRAGMENT(batchtop_cpu, m) {
-  m.def("decoder_layers_bf16(Tensor(a!) x, Tensor?[] weights, Tensor(b!)[] k_caches, Tensor(c!)[] v_caches, "
-        "Tensor cos, Tensor sin, Tensor slot_mapping, Tensor block_tables, Tensor? row_tables, Tensor context_lens, "
-        "int num_heads, float eps, float scale) -> ()");
-  m.impl("decoder_layers_bf16", c10::DispatchKey::CPU, TORCH_FN(batchtop_cpu::decoder_layers_bf16));
-  m.def("params_unchanged(Tensor[] params, Tensor state) -> bool", &batchtop_cpu::params_unchanged);
-}

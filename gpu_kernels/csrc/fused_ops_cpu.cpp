@@ -7,19 +7,17 @@
 // At decode sizes each torch op costs more in dispatch than in arithmetic; one pass also reads and
 // writes each tensor once instead of once per op.
 
-#include <ATen/ATen.h>
 #include <ATen/Parallel.h>
-#include <torch/library.h>
 
 #include <cmath>
 #include <cstdint>
 
 #include "cpu_vec.h"
 #include "fused_rows.h"
+#include "ops_cpu.h"
 
+namespace batchtop_cpu {
 namespace {
-
-using namespace batchtop_cpu;
 
 constexpr int64_t GRAIN = 1 << 14;  // elements per parallel task: small tensors stay on one thread
 
@@ -51,26 +49,6 @@ void rms_norm_impl(at::Tensor& out, at::Tensor& x, const at::Tensor& w, double e
 void check_rows(const at::Tensor& t, const at::Tensor& like, const char* what) {
   TORCH_CHECK(t.device().is_cpu() && t.is_contiguous() && t.scalar_type() == like.scalar_type() &&
               t.sizes() == like.sizes(), what, ": a contiguous CPU tensor shaped and typed like the input");
-}
-
-void rms_norm(at::Tensor out, at::Tensor x, const at::Tensor& weight, double eps) {
-  check_rows(out, x, "rms_norm out");
-  check_rows(x, x, "rms_norm x");
-  TORCH_CHECK(weight.is_contiguous() && weight.numel() == x.size(-1) && weight.scalar_type() == x.scalar_type(),
-              "rms_norm: weight must be (hidden,) in the input's dtype");
-  by_dtype(x, "rms_norm: float32 or bfloat16 only",
-           [&](auto t) { rms_norm_impl<decltype(t)>(out, x, weight, eps, nullptr); });
-}
-
-// residual += x (rounded), then out = rms_norm(residual)
-void add_rms_norm(at::Tensor residual, const at::Tensor& x, at::Tensor out, const at::Tensor& weight, double eps) {
-  check_rows(residual, x, "add_rms_norm residual");
-  check_rows(out, x, "add_rms_norm out");
-  check_rows(x, x, "add_rms_norm x");
-  TORCH_CHECK(weight.is_contiguous() && weight.numel() == x.size(-1) && weight.scalar_type() == x.scalar_type(),
-              "add_rms_norm: weight must be (hidden,) in the input's dtype");
-  by_dtype(x, "add_rms_norm: float32 or bfloat16 only",
-           [&](auto t) { rms_norm_impl<decltype(t)>(out, residual, weight, eps, &x); });
 }
 
 template <typename T>
@@ -109,14 +87,6 @@ void silu_and_mul_impl(at::Tensor& out, const at::Tensor& gate_up) {
   });
 }
 
-void silu_and_mul(at::Tensor out, const at::Tensor& gate_up) {
-  TORCH_CHECK(gate_up.device().is_cpu() && gate_up.is_contiguous() && out.is_contiguous() &&
-              gate_up.scalar_type() == out.scalar_type() && gate_up.size(-1) == 2 * out.size(-1) &&
-              gate_up.numel() == 2 * out.numel(), "silu_and_mul: out (rows, n), gate_up (rows, 2n), contiguous");
-  by_dtype(out, "silu_and_mul: float32 or bfloat16 only",
-           [&](auto t) { silu_and_mul_impl<decltype(t)>(out, gate_up); });
-}
-
 template <typename T>
 void rope_impl(at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin) {
   const int64_t rows = x.size(0), heads = x.size(1), hd = x.size(2);
@@ -130,6 +100,36 @@ void rope_impl(at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin) {
   });
 }
 
+}  // namespace
+
+void rms_norm(at::Tensor out, at::Tensor x, const at::Tensor& weight, double eps) {
+  check_rows(out, x, "rms_norm out");
+  check_rows(x, x, "rms_norm x");
+  TORCH_CHECK(weight.is_contiguous() && weight.numel() == x.size(-1) && weight.scalar_type() == x.scalar_type(),
+              "rms_norm: weight must be (hidden,) in the input's dtype");
+  by_dtype(x, "rms_norm: float32 or bfloat16 only",
+           [&](auto t) { rms_norm_impl<decltype(t)>(out, x, weight, eps, nullptr); });
+}
+
+// residual += x (rounded), then out = rms_norm(residual)
+void add_rms_norm(at::Tensor residual, const at::Tensor& x, at::Tensor out, const at::Tensor& weight, double eps) {
+  check_rows(residual, x, "add_rms_norm residual");
+  check_rows(out, x, "add_rms_norm out");
+  check_rows(x, x, "add_rms_norm x");
+  TORCH_CHECK(weight.is_contiguous() && weight.numel() == x.size(-1) && weight.scalar_type() == x.scalar_type(),
+              "add_rms_norm: weight must be (hidden,) in the input's dtype");
+  by_dtype(x, "add_rms_norm: float32 or bfloat16 only",
+           [&](auto t) { rms_norm_impl<decltype(t)>(out, residual, weight, eps, &x); });
+}
+
+void silu_and_mul(at::Tensor out, const at::Tensor& gate_up) {
+  TORCH_CHECK(gate_up.device().is_cpu() && gate_up.is_contiguous() && out.is_contiguous() &&
+              gate_up.scalar_type() == out.scalar_type() && gate_up.size(-1) == 2 * out.size(-1) &&
+              gate_up.numel() == 2 * out.numel(), "silu_and_mul: out (rows, n), gate_up (rows, 2n), contiguous");
+  by_dtype(out, "silu_and_mul: float32 or bfloat16 only",
+           [&](auto t) { silu_and_mul_impl<decltype(t)>(out, gate_up); });
+}
+
 // x: (rows, heads, head_dim) with a contiguous last dim, rotated in place; cos, signed_sin: (rows, head_dim)
 void rope(at::Tensor x, const at::Tensor& cos, const at::Tensor& signed_sin) {
   TORCH_CHECK(x.device().is_cpu() && x.dim() == 3 && x.stride(2) == 1 && x.size(2) % 2 == 0 && x.size(2) <= 512,
@@ -140,15 +140,4 @@ void rope(at::Tensor x, const at::Tensor& cos, const at::Tensor& signed_sin) {
   by_dtype(x, "rope: float32 or bfloat16 only", [&](auto t) { rope_impl<decltype(t)>(x, cos, signed_sin); });
 }
 
-}  // namespace
-
-TORCH_LIBRARY_FRAGMENT(batchtop_cpu, m) {
-  m.def("rms_norm(Tensor(a!) out, Tensor x, Tensor weight, float eps) -> ()");
-  m.def("add_rms_norm(Tensor(a!) residual, Tensor x, Tensor(b!) out, Tensor weight, float eps) -> ()");
-  m.def("silu_and_mul(Tensor(a!) out, Tensor gate_up) -> ()");
-  m.def("rope(Tensor(a!) x, Tensor cos, Tensor signed_sin) -> ()");
-  m.impl("rms_norm", c10::DispatchKey::CPU, TORCH_FN(rms_norm));
-  m.impl("add_rms_norm", c10::DispatchKey::CPU, TORCH_FN(add_rms_norm));
-  m.impl("silu_and_mul", c10::DispatchKey::CPU, TORCH_FN(silu_and_mul));
-  m.impl("rope", c10::DispatchKey::CPU, TORCH_FN(rope));
-}
+}  // namespace batchtop_cpu

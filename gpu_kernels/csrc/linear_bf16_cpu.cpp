@@ -28,8 +28,8 @@
 // where the torch ops it replaces round.
 #include "linear_bf16_cpu.h"
 
+#include <ATen/EmptyTensor.h>
 #include <ATen/Parallel.h>
-#include <torch/library.h>
 
 #include <algorithm>
 #include <array>
@@ -38,6 +38,7 @@
 #include <vector>
 
 #include "cpu_vec.h"
+#include "ops_cpu.h"
 
 #if defined(__AVX512BF16__) || (defined(__AVX2__) && defined(__FMA__))
 #define BATCHTOP_LINEAR_BF16 1
@@ -472,14 +473,13 @@ void linear_bf16_run(const LinearArgs& a) {
 #endif
 }
 
-namespace {
-
 at::Tensor pack_linear_bf16(const at::Tensor& weight) {
   TORCH_CHECK(weight.dim() == 2 && weight.scalar_type() == at::kBFloat16,
               "pack_linear_bf16: weight must be a 2-D bfloat16 tensor, got ", weight.sizes(), " ", weight.scalar_type());
   const int64_t n = weight.size(0), k = weight.size(1);
   const int64_t groups = (n + GROUP - 1) / GROUP, pairs = (k + 1) / 2;
-  at::Tensor packed = at::zeros({groups, pairs, GROUP, 2}, weight.options());
+  at::Tensor packed = at::detail::empty_cpu({groups, pairs, GROUP, 2}, weight.options());
+  packed.zero_();
   const at::Tensor w = weight.contiguous();
   const auto* src = w.data_ptr<c10::BFloat16>();
   auto* dst = packed.data_ptr<c10::BFloat16>();
@@ -534,16 +534,6 @@ void linear_bf16(at::Tensor& out, const at::Tensor& x, const at::Tensor& packed,
   linear_bf16_run(LinearArgs{x.data_ptr<c10::BFloat16>(), x.stride(0), rows, packed.data_ptr<c10::BFloat16>(), groups,
                              pairs, ep == Epilogue::kSiluMul ? n : out_cols, half, b, out.data_ptr<c10::BFloat16>(),
                              out.stride(0), ep});
-}
-
-}  // namespace
-
-TORCH_LIBRARY_FRAGMENT(batchtop_cpu, m) {
-  m.def("pack_linear_bf16(Tensor weight) -> Tensor");
-  m.def("linear_bf16(Tensor(a!) out, Tensor x, Tensor packed, Tensor? bias, int half=0, int epilogue=0) -> ()");
-  m.def("linear_bf16_supported() -> bool", &linear_bf16_supported);
-  m.impl("pack_linear_bf16", c10::DispatchKey::CPU, TORCH_FN(pack_linear_bf16));
-  m.impl("linear_bf16", c10::DispatchKey::CPU, TORCH_FN(linear_bf16));
 }
 
 }  // namespace batchtop_cpu

@@ -26,7 +26,6 @@ struct LinearArgs {
   Epilogue epilogue;
 };
 
-bool linear_bf16_supported();
 void linear_bf16_run(const LinearArgs& args);  // splits the columns across torch's intra-op threads
 
 }  // namespace batchtop_cpu

@@ -8,9 +8,7 @@
 // max-subtracted softmax, like the torch reference; each row is computed alone in a fixed order, so
 // its result does not depend on which other rows share the batch.
 
-#include <ATen/ATen.h>
 #include <ATen/Parallel.h>
-#include <torch/library.h>
 
 #include <algorithm>
 #include <cmath>
@@ -21,7 +19,7 @@
 #include <vector>
 
 #include "cpu_vec.h"
-#include "paged_attention_cpu.h"
+#include "ops_cpu.h"
 
 namespace {
 
@@ -630,9 +628,3 @@ void paged_attention(at::Tensor out, const at::Tensor& q, const at::Tensor& k_ca
 }
 
 }  // namespace batchtop_cpu
-
-TORCH_LIBRARY(batchtop_cpu, m) {
-  m.def("paged_attention(Tensor(a!) out, Tensor q, Tensor k_cache, Tensor v_cache, Tensor block_tables, "
-        "Tensor? row_tables, Tensor context_lens, float scale) -> ()");
-  m.impl("paged_attention", c10::DispatchKey::CPU, TORCH_FN(batchtop_cpu::paged_attention));
-}

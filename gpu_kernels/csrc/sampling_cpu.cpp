@@ -6,9 +6,7 @@
 // MAX_DRAWS draws and finds the row's nucleus by a sort (the same distribution), a top_p that rounds
 // to 0 keeps the top token (nothing lies above it), and a temperature below FLT_MIN is greedy.
 
-#include <ATen/ATen.h>
 #include <ATen/Parallel.h>
-#include <torch/library.h>
 
 #include <algorithm>
 #include <cfloat>
@@ -18,10 +16,10 @@
 #include <vector>
 
 #include "cpu_vec.h"
+#include "ops_cpu.h"
 
+namespace batchtop_cpu {
 namespace {
-
-using namespace batchtop_cpu;
 
 constexpr uint64_t MASK32 = 0xFFFFFFFFull;
 constexpr uint64_t MIX = 0x45D9F3Bull;
@@ -192,6 +190,18 @@ void sample_impl(at::Tensor& tokens, const at::Tensor& logits, const at::Tensor&
   });
 }
 
+template <typename T>
+void argmax_impl(at::Tensor& tokens, const at::Tensor& logits) {
+  const int64_t vocab = logits.size(1);
+  const T* lp = logits.data_ptr<T>();
+  int64_t* out = tokens.data_ptr<int64_t>();
+  at::parallel_for(0, logits.size(0), 4, [&](int64_t begin, int64_t end) {
+    for (int64_t r = begin; r < end; ++r) out[r] = first_max(lp + r * logits.stride(0), vocab);
+  });
+}
+
+}  // namespace
+
 // tokens (S,) int64 out; logits (S, V) float32 or bfloat16 rows; per row: temperature (< FLT_MIN: greedy) and
 // top_p (float32), seed_lo, seed_hi and counter (int64), as in sampler.SamplingBatch
 void sample(at::Tensor tokens, const at::Tensor& logits, const at::Tensor& temperature, const at::Tensor& top_p,
@@ -210,16 +220,6 @@ void sample(at::Tensor tokens, const at::Tensor& logits, const at::Tensor& tempe
            [&](auto t) { sample_impl<decltype(t)>(tokens, logits, temperature, top_p, seed_lo, seed_hi, counter); });
 }
 
-template <typename T>
-void argmax_impl(at::Tensor& tokens, const at::Tensor& logits) {
-  const int64_t vocab = logits.size(1);
-  const T* lp = logits.data_ptr<T>();
-  int64_t* out = tokens.data_ptr<int64_t>();
-  at::parallel_for(0, logits.size(0), 4, [&](int64_t begin, int64_t end) {
-    for (int64_t r = begin; r < end; ++r) out[r] = first_max(lp + r * logits.stride(0), vocab);
-  });
-}
-
 void argmax(at::Tensor tokens, const at::Tensor& logits) {  // the first maximum of each row
   TORCH_CHECK(logits.device().is_cpu() && logits.dim() == 2 && logits.stride(1) == 1 && logits.size(1) > 0,
               "argmax: logits (rows, vocab) on the CPU with contiguous rows");
@@ -229,12 +229,4 @@ void argmax(at::Tensor tokens, const at::Tensor& logits) {  // the first maximum
            [&](auto t) { argmax_impl<decltype(t)>(tokens, logits); });
 }
 
-}  // namespace
-
-TORCH_LIBRARY_FRAGMENT(batchtop_cpu, m) {
-  m.def("sample(Tensor(a!) tokens, Tensor logits, Tensor temperature, Tensor top_p, Tensor seed_lo, "
-        "Tensor seed_hi, Tensor counter) -> ()");
-  m.def("argmax(Tensor(a!) tokens, Tensor logits) -> ()");
-  m.impl("sample", c10::DispatchKey::CPU, TORCH_FN(sample));
-  m.impl("argmax", c10::DispatchKey::CPU, TORCH_FN(argmax));
-}
+}  // namespace batchtop_cpu

@@ -1,0 +1,46 @@
+// Every op batchtop's CPU kernel library registers, as C++ calls (register_ops_cpu.cpp gives them their
+// torch schemas). Each kernel source includes only ATen's Tensor, not ATen.h or torch/library.h: those
+// two headers took three quarters of the library's build time, once per source.
+#pragma once
+
+#include <ATen/core/List.h>
+#include <ATen/core/Tensor.h>
+
+#include <cstdint>
+#include <optional>
+
+namespace batchtop_cpu {
+
+// paged_attention_cpu.cpp. out, q: (rows, heads, head_dim), last dim contiguous; k/v_cache: one
+// contiguous pool layer; row r attends to keys [0, context_lens[r]) of the sequence whose table is
+// block_tables[row_tables[r]] (block_tables[r] without row_tables).
+void paged_attention(at::Tensor out, const at::Tensor& q, const at::Tensor& k_cache, const at::Tensor& v_cache,
+                     const at::Tensor& block_tables, const std::optional<at::Tensor>& row_tables,
+                     const at::Tensor& context_lens, double scale);
+
+// fused_ops_cpu.cpp
+void rms_norm(at::Tensor out, at::Tensor x, const at::Tensor& weight, double eps);
+void add_rms_norm(at::Tensor residual, const at::Tensor& x, at::Tensor out, const at::Tensor& weight, double eps);
+void silu_and_mul(at::Tensor out, const at::Tensor& gate_up);
+void rope(at::Tensor x, const at::Tensor& cos, const at::Tensor& signed_sin);
+
+// sampling_cpu.cpp
+void sample(at::Tensor tokens, const at::Tensor& logits, const at::Tensor& temperature, const at::Tensor& top_p,
+            const at::Tensor& seed_lo, const at::Tensor& seed_hi, const at::Tensor& counter);
+void argmax(at::Tensor tokens, const at::Tensor& logits);
+
+// linear_bf16_cpu.cpp
+at::Tensor pack_linear_bf16(const at::Tensor& weight);
+void linear_bf16(at::Tensor& out, const at::Tensor& x, const at::Tensor& packed, const c10::optional<at::Tensor>& bias,
+                 int64_t half, int64_t epilogue);
+bool linear_bf16_supported();
+
+// decoder_layer_cpu.cpp
+void decoder_layers_bf16(at::Tensor x, const c10::List<c10::optional<at::Tensor>>& weight_list,
+                         at::TensorList k_caches, at::TensorList v_caches, const at::Tensor& cos, const at::Tensor& sin,
+                         const at::Tensor& slot_mapping, const at::Tensor& block_tables,
+                         const c10::optional<at::Tensor>& row_tables, const at::Tensor& context_lens,
+                         int64_t num_heads, double eps, double scale);
+bool params_unchanged(at::TensorList params, const at::Tensor& state);
+
+}  // namespace batchtop_cpu

@@ -1,0 +1,36 @@
+// The torch schemas of every op in ops_cpu.h: the one source that includes torch/library.h. The
+// Python side calls them as torch.ops.batchtop_cpu.<name> (gpu_kernels/cpu_kernels.py).
+#include <torch/library.h>
+
+#include "ops_cpu.h"
+
+TORCH_LIBRARY(batchtop_cpu, m) {
+  using namespace batchtop_cpu;
+  m.def("paged_attention(Tensor(a!) out, Tensor q, Tensor k_cache, Tensor v_cache, Tensor block_tables, "
+        "Tensor? row_tables, Tensor context_lens, float scale) -> ()");
+  m.def("rms_norm(Tensor(a!) out, Tensor x, Tensor weight, float eps) -> ()");
+  m.def("add_rms_norm(Tensor(a!) residual, Tensor x, Tensor(b!) out, Tensor weight, float eps) -> ()");
+  m.def("silu_and_mul(Tensor(a!) out, Tensor gate_up) -> ()");
+  m.def("rope(Tensor(a!) x, Tensor cos, Tensor signed_sin) -> ()");
+  m.def("sample(Tensor(a!) tokens, Tensor logits, Tensor temperature, Tensor top_p, Tensor seed_lo, "
+        "Tensor seed_hi, Tensor counter) -> ()");
+  m.def("argmax(Tensor(a!) tokens, Tensor logits) -> ()");
+  m.def("pack_linear_bf16(Tensor weight) -> Tensor");
+  m.def("linear_bf16(Tensor(a!) out, Tensor x, Tensor packed, Tensor? bias, int half=0, int epilogue=0) -> ()");
+  m.def("linear_bf16_supported() -> bool", &linear_bf16_supported);
+  m.def("decoder_layers_bf16(Tensor(a!) x, Tensor?[] weights, Tensor(b!)[] k_caches, Tensor(c!)[] v_caches, "
+        "Tensor cos, Tensor sin, Tensor slot_mapping, Tensor block_tables, Tensor? row_tables, Tensor context_lens, "
+        "int num_heads, float eps, float scale) -> ()");
+  m.def("params_unchanged(Tensor[] params, Tensor state) -> bool", &params_unchanged);
+
+  m.impl("paged_attention", c10::DispatchKey::CPU, TORCH_FN(paged_attention));
+  m.impl("rms_norm", c10::DispatchKey::CPU, TORCH_FN(rms_norm));
+  m.impl("add_rms_norm", c10::DispatchKey::CPU, TORCH_FN(add_rms_norm));
+  m.impl("silu_and_mul", c10::DispatchKey::CPU, TORCH_FN(silu_and_mul));
+  m.impl("rope", c10::DispatchKey::CPU, TORCH_FN(rope));
+  m.impl("sample", c10::DispatchKey::CPU, TORCH_FN(sample));
+  m.impl("argmax", c10::DispatchKey::CPU, TORCH_FN(argmax));
+  m.impl("pack_linear_bf16", c10::DispatchKey::CPU, TORCH_FN(pack_linear_bf16));
+  m.impl("linear_bf16", c10::DispatchKey::CPU, TORCH_FN(linear_bf16));
+  m.impl("decoder_layers_bf16", c10::DispatchKey::CPU, TORCH_FN(decoder_layers_bf16));
+}
