@@ -177,3 +177,17 @@ def test_there_is_one_textual_app():
                 if "App" in bases:
                     apps.append(f"{path.relative_to(ROOT)}:{node.name}")
     assert apps == ["tui/app.py:BatchtopApp"]
+
+
+def test_building_a_model_and_stepping_it_loads_neither_torch_dynamo_nor_sympy():
+    """Both are torch's compiler stack, about 2.5 s of import a start pays for nothing: building the
+    model on the meta device once pulled them in (nn.Embedding's normal_ init, Module.to_empty)."""
+    code = ("import sys\nfrom batchtop.core_engine.config import EngineConfig, preset\n"
+            "from batchtop.core_engine.engine.engine import Engine\n"
+            "from batchtop.core_engine.sched.request import Request\n"
+            "engine = Engine(EngineConfig(model=preset('tiny'), dtype='float32', max_num_seqs=2, seed=0))\n"
+            "engine.load_workload([Request('a', (1, 2, 3), 4), Request('b', (4, 5), 3)])\n"
+            "while not engine.is_done(): engine.step()\n"
+            "print(sorted(m for m in sys.modules if m == 'sympy' or m.startswith(('torch._dynamo', 'sympy.'))))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True)
+    assert eval(out.stdout) == []
