@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 CSRC = Path(__file__).with_name("csrc")
-# the longest compiles first: ninja starts them in this order, and the build ends with its last long one
+# the longest compiles first: ninja starts them in this order, so no long one is left to run alone at the end
 SOURCES = [CSRC / name for name in ("register_ops_cpu.cpp", "paged_attention_cpu.cpp", "decoder_layer_cpu.cpp",
                                     "fused_ops_cpu.cpp", "linear_bf16_cpu.cpp", "sampling_cpu.cpp")]
 NAME = "batchtop_cpu_kernels"

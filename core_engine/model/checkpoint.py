@@ -21,7 +21,8 @@ from batchtop.core_engine.config import ModelConfig
 from batchtop.core_engine.device import DTYPES
 from batchtop.core_engine.errors import BadInput, ConfigError
 from batchtop.core_engine.model.hf_config import read_json
-from batchtop.core_engine.model.llama import LlamaForCausalLM, empty_model, hf_parameter_shapes, hf_parameters
+from batchtop.core_engine.model.llama import LlamaForCausalLM
+from batchtop.core_engine.model.parameters import empty_model, hf_parameter_shapes, hf_parameters
 from batchtop.core_engine.proc_info import kib_field
 
 INDEX_FILE = "model.safetensors.index.json"

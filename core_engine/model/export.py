@@ -21,7 +21,7 @@ from batchtop.core_engine.device import DTYPES
 from batchtop.core_engine.errors import ConfigError
 from batchtop.core_engine.model.checkpoint import INDEX_FILE, SINGLE_FILE, check_fits
 from batchtop.core_engine.model.hf_config import hf_config_dict
-from batchtop.core_engine.model.llama import build_model
+from batchtop.core_engine.model.parameters import build_model
 from batchtop.core_engine.model.tokenizer import TOKENIZER_CONFIG, TOKENIZER_FILE
 
 CORPUS = Path(__file__).parent.parent / "data" / "tokenizer_corpus.txt"

@@ -16,7 +16,8 @@ import torch
 from batchtop.core_engine.config import ModelConfig
 from batchtop.core_engine.errors import BadInput
 from batchtop.core_engine.model.gguf_file import GGUFHeader, TensorInfo, read_header
-from batchtop.core_engine.model.llama import LlamaForCausalLM, empty_model, hf_parameter_shapes, hf_parameters
+from batchtop.core_engine.model.llama import LlamaForCausalLM
+from batchtop.core_engine.model.parameters import empty_model, hf_parameter_shapes, hf_parameters
 
 # What gguf.quants dequantizes and batchtop accepts: the float types, the legacy block quants, the K-quants.
 SUPPORTED_TYPES = ("F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1",
