@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import importlib.metadata
+import importlib.util
 import os
 import random
 import shutil
@@ -9,6 +11,10 @@ import tempfile
 
 import pytest
 import torch
+
+from tests.support.triton_interpreter import import_for_the_interpreter
+
+import_for_the_interpreter()  # before anything imports Triton: see the module's docstring
 
 from batchtop.core_engine.config import EngineConfig, preset
 from batchtop.core_engine.engine.engine import Engine
@@ -27,6 +33,13 @@ for variable, prefix in (("BATCHTOP_CACHE_DIR", "batchtop-test-cache-"),
         os.environ[variable] = tempfile.mkdtemp(prefix=prefix)
         SESSION_DIRS.append(os.environ[variable])
 torch.set_num_threads(1)  # tiny tensors: threads only add overhead; keeps the suite steady on 2 cores
+
+
+def pytest_report_header(config) -> str:
+    """The versions that decide which kernel tests run or skip, at the top of every run's output."""
+    return "batchtop's kernels under: " + ", ".join(
+        f"{name} {importlib.metadata.version(name) if importlib.util.find_spec(name) else 'absent'}"
+        for name in ("torch", "triton", "numpy"))
 
 
 def pytest_sessionfinish(session, exitstatus) -> None:

@@ -11,8 +11,9 @@ from batchtop.core_engine.engine.engine import Engine
 from batchtop.core_engine.sched.kv_cache import CACHED
 from batchtop.core_engine.sched.request import Request
 from batchtop.core_engine.model.packed_linear import packing
-from batchtop.gpu_kernels import cpu_kernels, triton_decode, uses_cpu_kernel, uses_triton
+from batchtop.gpu_kernels import cpu_kernels, uses_cpu_kernel, uses_triton
 from tests.conftest import run_all, tiny_config
+from tests.support.triton_interpreter import interpret  # noqa: F401  (a fixture)
 
 PREFIX = tuple(range(100, 112))  # three blocks of 4: a "system prompt"
 
@@ -94,15 +95,9 @@ def torch_reference(monkeypatch):
 
 
 @pytest.fixture
-def triton_interpreted(monkeypatch):
+def triton_interpreted(interpret):
     """Decode rows through the Triton kernel under its interpreter (as test_triton_decode runs it);
     prompt chunks then take the torch reference."""
-    if not triton_decode.available():
-        pytest.skip("triton is not installed")
-    from triton.runtime.jit import JITFunction
-
-    monkeypatch.setenv("TRITON_INTERPRET", "1")
-    monkeypatch.setattr(JITFunction, "__call__", lambda self, *args, **kwargs: self.fn(*args, **kwargs))
 
 
 BF16 = pytest.mark.skipif(packing(torch.device("cpu"), torch.bfloat16) != "batchtop",

@@ -9,19 +9,7 @@ from batchtop.core_engine.engine.engine import Engine
 from batchtop.gpu_kernels import paged_decode_attention, triton_decode, uses_triton
 from tests.conftest import make_requests, run_all, tiny_config
 from tests.kernels.test_paged_attention import HD, NH, scattered_pool
-
-pytestmark = pytest.mark.skipif(not triton_decode.available(), reason="triton is not installed")
-
-
-@pytest.fixture
-def interpret(monkeypatch):
-    """TRITON_INTERPRET=1 for this test. Triton was imported before it was set, so its own library
-    functions (tl.sum, tl.full's helpers) were built for compilation; let the interpreter call them
-    as plain Python, as it does when the variable is set before triton is imported."""
-    from triton.runtime.jit import JITFunction
-
-    monkeypatch.setenv("TRITON_INTERPRET", "1")
-    monkeypatch.setattr(JITFunction, "__call__", lambda self, *args, **kwargs: self.fn(*args, **kwargs))
+from tests.support.triton_interpreter import interpret  # noqa: F401  (a fixture)
 
 
 @pytest.mark.parametrize("block_size", [1, 3, 4, 16])
