@@ -5,7 +5,8 @@ prompt + max_tokens is reserved at once (so a static batch never preempts), ever
 left-padded to the batch's longest and the batch is prefilled in one step, pad tokens computed. Then
 the members decode in lockstep; early finishers keep their slot as padding and their rows are still
 computed (Hugging Face's generate keeps decoding finished rows); nobody joins mid-batch, so the queue
-waits for the whole batch. The token budget does not apply: generate() has none.
+waits for the whole batch. The token budget does not apply to the plan (generate() has none); the
+runner still runs an over-budget prefill as forwards within it (worker/forward_pieces.py).
 """
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""Owns the model and the paged KV tensors; turns a scheduler plan into one forward and its tokens."""
+"""Owns the model and the paged KV tensors; turns a scheduler plan into forwards within the token
+budget (one, unless a static batch planned more) and their tokens."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from batchtop.core_engine.model.llama import AttentionBatch, PrefillChunk, Varle
 from batchtop.core_engine.model.parameters import build_model
 from batchtop.core_engine.sched.request import Sequence
 from batchtop.core_engine.worker.decode_graphs import DecodeGraphs, bucket_sizes
+from batchtop.core_engine.worker.forward_pieces import ForwardPiece, split_to_budget
 from batchtop.core_engine.worker.input_buffers import DecodeTables, StagedInputs
 from batchtop.core_engine.worker.sampler import MASK32, Sampler, SamplingBatch, request_seed
 from batchtop.core_engine.sched import SchedulerOutput
@@ -29,6 +31,15 @@ class PreparedBatch:
     logits_rows: torch.Tensor  # rows that reach the lm_head: the S sampled ones first, then padding
     sampled_seqs: list[Sequence]  # the S sampled sequences, in row order
     sampling: SamplingBatch | None = None  # their parameters on the device; None: all greedy
+
+
+@dataclass(slots=True)
+class SplitBatch:
+    """A plan over the token budget, run as several forwards; each piece is staged when its turn comes
+    (the staging buffers and decode tables hold one forward at a time)."""
+
+    pieces: list[ForwardPiece]
+    logits_rows: range  # how many rows reach the lm_head over all the pieces
 
 
 class ModelRunner:
@@ -74,8 +85,18 @@ class ModelRunner:
             if capture:
                 self.graphs.capture_all()
 
-    def prepare(self, plan: SchedulerOutput) -> PreparedBatch:
-        """Flatten the plan: one-token rows (decodes, then padding) first, then prompt padding and
+    def prepare(self, plan: SchedulerOutput) -> PreparedBatch | SplitBatch:
+        """The plan as one forward, or as forwards within max_num_batched_tokens when it plans more
+        (a static batch's padded prefill: see forward_pieces)."""
+        pieces = split_to_budget(plan, self.config.max_num_batched_tokens)
+        if len(pieces) == 1:
+            return self._prepare(pieces[0])
+        num_logit_rows = sum(len(p.decodes) + len(p.padding) for p in pieces) + sum(
+            1 for p in pieces for seq, start, n in p.prefills if start + n == seq.num_tokens)
+        return SplitBatch(pieces, range(num_logit_rows))
+
+    def _prepare(self, piece: ForwardPiece) -> PreparedBatch:
+        """Flatten one forward: one-token rows (decodes, then padding) first, then prompt padding and
         prefill chunks; stage it all and send it to the device in one copy."""
         bs, scratch = self.block_size, self.scratch_block * self.block_size
         ids: list[int] = []
@@ -85,12 +106,8 @@ class ModelRunner:
         ctx_lens: list[int] = []
         logits_rows: list[int] = []
         sampled: list[Sequence] = []
-        prefill_plan: list[tuple[Sequence, int]] = []
 
-        for seq, n in plan.scheduled:
-            if seq.is_prefill:
-                prefill_plan.append((seq, n))
-                continue
+        for seq in piece.decodes:
             p = seq.num_computed_tokens
             logits_rows.append(len(ids))
             sampled.append(seq)
@@ -100,7 +117,7 @@ class ModelRunner:
             tables.append(seq.block_table)
             ctx_lens.append(p + 1)
         padding_rows: list[int] = []
-        for seq in plan.padding:
+        for seq in piece.padding:
             # A finished row recomputes its last token and its logits, as Hugging Face's generate()
             # does for the finished rows of a batch; its K/V goes to scratch, unseen by anyone.
             p = seq.num_computed_tokens
@@ -117,8 +134,7 @@ class ModelRunner:
         chunk_specs: list[tuple[int, int, int, tuple[int, int]]] = []
         varlen_tables: list[int] = []  # per row of a prompt chunk the kernel takes: its sequence's table row
         varlen_lens: list[int] = []
-        for seq, n in prefill_plan:
-            start = seq.num_computed_tokens
+        for seq, start, n in piece.prefills:
             if self.varlen_prompts:  # one kernel call for all of them, beside the decode rows
                 varlen_tables.extend([len(tables)] * n)
                 varlen_lens.extend(range(start + 1, start + n + 1))
@@ -132,7 +148,7 @@ class ModelRunner:
             if start + n == seq.num_tokens:  # the chunk completes the prompt: sample from its last row
                 logits_rows.append(len(ids) - 1)
                 sampled.append(seq)
-        for _, n in plan.prompt_padding:
+        for n in piece.prompt_padding:
             # A static batch's left padding: pad tokens at positions 0..n-1, computed through every
             # layer (attending only to each other, as a padding mask leaves them) and thrown away;
             # their K/V goes to scratch, so the member's own cache holds exactly its prompt.
@@ -191,9 +207,11 @@ class ModelRunner:
         return SamplingBatch(self.staged.view_f32(temp), self.staged.view_f32(top_p), self.staged.view(lo),
                              self.staged.view(hi), counter, True, any_top_p)
 
-    def run(self, batch: PreparedBatch) -> list[tuple[Sequence, int]]:
-        """One forward over the whole batch, then one sampled token per completed sequence: the
-        step's one device-to-host read."""
+    def run(self, batch: PreparedBatch | SplitBatch) -> list[tuple[Sequence, int]]:
+        """One forward over the whole batch (or each piece of a split one in turn), then one sampled
+        token per completed sequence: one device-to-host read a forward."""
+        if isinstance(batch, SplitBatch):
+            return [pair for piece in batch.pieces for pair in self.run(self._prepare(piece))]
         bucket = self.graphs.fits(batch.attention, batch.input_ids.shape[0]) if self.graphs else None
         if bucket is None:
             logits = self.model(batch.input_ids, batch.positions, batch.attention, batch.logits_rows)

@@ -25,8 +25,9 @@ def timed(engine: Engine, clock: FakeClock, seconds: float = 0.1) -> Engine:
 def test_a_static_batch_is_prefilled_in_one_step_with_prompts_left_padded_to_the_longest():
     reqs = [Request("a", (1,) * 3, 2), Request("b", (2,) * 7, 5), Request("c", (3,) * 5, 3)]
     engine = Engine(tiny_config(mode="static", max_num_seqs=4, max_num_batched_tokens=4))
-    lm_head_rows = []
+    lm_head_rows, forward_tokens = [], []
     engine.runner.model.lm_head.register_forward_hook(lambda m, args, out: lm_head_rows.append(out.shape[0]))
+    engine.runner.model.model.embed_tokens.register_forward_hook(lambda m, args, out: forward_tokens.append(out.shape[0]))
     _, snaps, metrics = run_all(engine, reqs)
     first = snaps[0]
     assert set(first.admitted) == {"a", "b", "c"}  # one unit, whatever the token budget (4 here)
@@ -36,7 +37,9 @@ def test_a_static_batch_is_prefilled_in_one_step_with_prompts_left_padded_to_the
     # then lockstep: every later step has one row per member, finished ones as padding, until b ends
     assert [s.num_seqs for s in snaps[1:]] == [3, 3, 3, 3] and len(snaps) == 5
     assert [s.num_padding_tokens for s in snaps[1:]] == [0, 1, 2, 2]
-    assert lm_head_rows == [3, 3, 3, 3, 3]
+    # the 21-token padded prefill is one step of the schedule, run as forwards of at most 4 tokens
+    assert forward_tokens == [4, 4, 4, 4, 4, 1, 3, 3, 3, 3] and sum(lm_head_rows[:6]) == 3
+    assert lm_head_rows[6:] == [3, 3, 3, 3]
     c = engine.counters
     assert c.prompt_tokens == 15 and c.prompt_padding_tokens == 6
     assert c.computed_tokens == 15 + 6 + 4 * 3  # prompts, their padding, and every lockstep row
