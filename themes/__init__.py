@@ -1,7 +1,7 @@
 """batchtop's themes: Textual Theme objects (palettes.py) whose variables carry every colour the panels use.
 
 Widgets never name a colour: they read `$req-0..$req-11` (request colours), `$phase-*`, `$bubble`,
-`$kv-free`, `$kv-cached`, `$kv-shared`, `$roof` and friends from the active theme, so a theme switch recolours everything. This
+`$draining`, `$kv-free`, `$kv-cached`, `$kv-shared`, `$roof` and friends from the active theme, so a theme switch recolours everything. This
 module imports no Textual: the CLI offers the theme names without loading it.
 """
 

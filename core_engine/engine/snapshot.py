@@ -178,9 +178,19 @@ class StepSnapshot:
         """Sequences that still hold a slot when the step is over and have work left (padding rows have none)."""
         return sum(s.phase in (Phase.PREFILL, Phase.DECODE, Phase.IDLE) for s in self.slots)
 
+    def held_by_drain(self) -> frozenset[int]:
+        """Vacant slots under max_num_seqs that sequences past a lowered max_num_seqs count against: a
+        lowered limit drops no running sequence, so while n of them drain, n vacancies under it (the
+        highest: the scheduler fills the lowest first) cannot be filled. They are no bubbles."""
+        past = sum(s.phase is not Phase.EMPTY for s in self.slots[self.max_num_seqs:])
+        vacant = [s.slot for s in self.slots[:self.max_num_seqs] if s.phase is Phase.EMPTY]
+        return frozenset(vacant[len(vacant) - min(past, len(vacant)):])
+
     def slot_states(self) -> tuple[SlotState, ...]:
         """What each slot did in this step (metrics fold these): a sequence that sampled its last token
         worked in it, though the frame shows it finished (or, static, as padding from now on)."""
         last = {f.index for f in self.finished}
-        return tuple(slot_state(s.phase, s.slot, self.num_waiting, self.max_num_seqs, s.index in last)
+        held = self.held_by_drain()
+        return tuple(SlotState.FREE if s.slot in held else
+                     slot_state(s.phase, s.slot, self.num_waiting, self.max_num_seqs, s.index in last)
                      for s in self.slots)

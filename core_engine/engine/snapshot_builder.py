@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from batchtop.core_engine.sched.kv_cache import BlockAllocator
 from batchtop.core_engine.sched.request import Phase, Sequence
 from batchtop.core_engine.sched import Scheduler, SchedulerOutput
+from batchtop.core_engine.sched.wait_reason import WaitKind, WaitReason
 from batchtop.core_engine.engine.snapshot import (WAITING_VIEW_LIMIT, Counters, FinishedRequest, SlotView,
                                                   StepSnapshot, WaitingView)
 from batchtop.core_engine.model.cost import StepCost
@@ -68,6 +69,19 @@ def settle(occupants: list[Occupant]) -> list[Occupant]:
     return out
 
 
+def wait_reason_after_step(sched: Scheduler, finished: int) -> WaitReason | None:
+    """The head's reason as the step leaves it. Slots full stays full while the running sequences still
+    fill max_num_seqs (a lowered limit drains: a sequence that leaves a slot past it frees no place);
+    otherwise only the slots that fell under the limit count as freed."""
+    reason = sched.wait_reason
+    if not sched.waiting or reason is None:
+        return None
+    running, limit = len(sched.running), sched.max_num_seqs
+    if reason.kind is WaitKind.SLOTS_FULL and running >= limit:
+        return WaitReason.slots_full(running, limit)
+    return reason.after_step(min(finished, max(0, limit - running)))
+
+
 def build_snapshot(sched: Scheduler, allocator: BlockAllocator, counters: Counters, events: StepEvents,
                    plan: SchedulerOutput, finished: list[FinishedRequest], *, step: int, t: float,
                    times: StepTimes, cost: StepCost, occupants: list[Occupant], num_pending_arrivals: int,
@@ -95,8 +109,7 @@ def build_snapshot(sched: Scheduler, allocator: BlockAllocator, counters: Counte
         num_seqs=len(plan.scheduled) + len(plan.padding),
         slots=tuple(slots), block_owners=allocator.owners(), num_free_blocks=allocator.num_free_blocks,
         waiting=waiting, num_waiting=len(sched.waiting),
-        wait_reason=sched.wait_reason.after_step(sum(s.phase is Phase.FINISHED for s in slots))
-        if sched.waiting and sched.wait_reason is not None else None,
+        wait_reason=wait_reason_after_step(sched, sum(s.phase is Phase.FINISHED for s in slots)),
         num_pending_arrivals=num_pending_arrivals, finished=tuple(finished),
         admitted=tuple(s.id for s in plan.admitted), preempted=tuple(s.id for s in plan.preempted),
         rejected=events.rejected, arrived=events.arrived, controls=events.controls, counters=counters, cost=cost,

@@ -61,10 +61,23 @@ class Panel(Widget):
         if key == self._key and not force:
             return
         self._key, self.frame = key, frame
+        self._retitle(frame)
+        self.refresh()
+
+    def _retitle(self, frame: DashboardFrame) -> None:
         self.update_titles(frame)
         if self.modelled_tag:
             self.border_title = f"{self.border_title} · {self.modelled_tag}"
-        self.refresh()
+
+    def on_resize(self) -> None:
+        """Titles that are fitted to the width are fitted again."""
+        if self.frame is not None:
+            self._retitle(self.frame)
+
+    def title_room(self) -> int:
+        """Cells the border title (or subtitle) can take before the border cuts it; unbounded before layout."""
+        width = self.outer_size.width  # the border's corners, a rule and a space on either side take 6
+        return width - 6 if width else 1 << 16
 
     def content_key(self, frame: DashboardFrame) -> object:
         """What this panel's picture depends on; equal keys mean nothing to repaint."""

@@ -16,6 +16,7 @@ from rich.text import Text
 from batchtop.core_engine.sched.kv_cache import CACHED, FREE
 from batchtop.core_engine.engine.snapshot import StepSnapshot
 from batchtop.tui.sources.frame import DashboardFrame
+from batchtop.tui.widgets.common.fit import first_fit
 from batchtop.tui.widgets.common.panel import Panel, Runs
 
 SHADES = "░▒▓█"  # 1-25%, 26-50%, 51-75%, 76-100% of a cell's blocks in use
@@ -52,17 +53,24 @@ class KVBlocksPanel(Panel):
             self.border_title = "KV blocks"
             return
         used, total = snap.num_used_blocks, snap.num_blocks
-        title = f"KV blocks {used}/{total} used ({100 * used / total:.0f}%)"
+        pct = f"{100 * used / total:.0f}%"
         c = snap.counters
-        if c.prefix_queries:
-            title += f" · hit {100 * c.prefix_hits / c.prefix_queries:.0f}%"  # prefix cache, as vLLM counts it
-        self.border_title = title
+        hit = f" · hit {100 * c.prefix_hits / c.prefix_queries:.0f}%" if c.prefix_queries else ""  # as vLLM counts it
+        room = self.title_room()
+        # fitted to the border, shortest last: never cut by it
+        self.border_title = first_fit([f"KV blocks {used}/{total} used ({pct}){hit}",
+                                       f"KV blocks {used}/{total} ({pct}){hit}", f"KV blocks {pct} used{hit}",
+                                       f"KV blocks {pct}{hit}", f"KV blocks {pct}"], room)
         per = blocks_per_cell(total, self.content_size.width, self.content_size.height)
-        subtitle = f"{per} blocks/cell" if per > 1 else f"{snap.num_free_blocks} free"
+        cells = (f"{per} blocks/cell", f"{per} blk/cell") if per > 1 else (f"{snap.num_free_blocks} free",) * 2
+        prefix = ("", "")
         if snap.block_refs:
             refs = snap.block_refs
-            subtitle += f" · {sum(r > 1 for r in refs)} shared · {refs.count(CACHED)} cached"
-        self.border_subtitle = subtitle
+            shared, cached = sum(r > 1 for r in refs), refs.count(CACHED)
+            prefix = (f" · {shared} shared · {cached} cached", f" · {shared} shr · {cached} cached")
+        short = f"{per}/cell" if per > 1 else f"{snap.num_free_blocks} free"
+        self.border_subtitle = first_fit([cells[0] + prefix[0], cells[1] + prefix[0], cells[1] + prefix[1],
+                                          short + prefix[1]], room)
 
     def render(self) -> Text:
         frame = self.frame

@@ -1,4 +1,5 @@
-"""The metrics strip: throughput now with its sparkline, batch size per step, latency and utilisation."""
+"""The metrics strip: throughput now with its sparkline, batch size per step, latency and the average
+utilisation since the start (labelled "avg:", as the panels' titles count the newest step)."""
 
 from __future__ import annotations
 
@@ -40,7 +41,9 @@ class MetricsStrip(Horizontal):
         tok_label, tok_spark, batch_label, batch_spark, numbers_label = self._parts
         # Fixed-size labels: update without a layout pass (a relayout per frame costs the engine)
         m = frame.metrics
-        tok_label.update(f"tok/s {m.tok_s_now:>5.0f}", layout=False)
+        # the label is 11 cells wide: a rate past 99999 is shown in thousands
+        rate = f"{m.tok_s_now:>5.0f}" if m.tok_s_now < 99999.5 else f"{m.tok_s_now / 1e3:>4.0f}k"
+        tok_label.update(f"tok/s {rate}", layout=False)
         # the leading 0 pins the scale's floor: bars read as amounts; no history yet draws no bars at all
         # (a lone 0 would fill the sparkline, as if at its peak)
         tok_spark.data = [0.0, *m.tok_s_history] if m.tok_s_history else []
@@ -54,7 +57,8 @@ def numbers(m: LiveMetrics) -> Text:
     text = Text(no_wrap=True, overflow="ellipsis")
     text.append(f"TTFT p50/p99 {ms(m.ttft_p50)}/{ms(m.ttft_p99)} ms  ")
     text.append(f"TPOT {ms(m.tpot_p50)}/{ms(m.tpot_p99)} ms\n")
-    text.append(f"slots {100 * m.slot_utilization:.0f}%  KV {100 * m.kv_utilization:.0f}%  ")
+    # averages since the start, labelled so: the Slots and KV titles beside them count this step
+    text.append(f"avg: slots {100 * m.slot_utilization:.0f}% KV {100 * m.kv_utilization:.0f}%  ")
     text.append(f"preempt {m.preemptions}  done {m.completed}/{m.total}")
     if m.rejected:
         text.append(f"  rejected {m.rejected}")

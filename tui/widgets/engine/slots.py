@@ -19,11 +19,14 @@ from textual import events
 from textual.message import Message
 
 from batchtop.core_engine.sched.request import Phase
-from batchtop.core_engine.engine.snapshot import WORKING_PHASES, SlotState, SlotView, StepSnapshot
+from batchtop.core_engine.engine.snapshot import SlotState, SlotView
 from batchtop.tui.sources.frame import DashboardFrame
+from batchtop.tui.widgets.common.fit import first_fit, pad
 from batchtop.tui.widgets.common.panel import Panel, Runs
-from batchtop.tui.widgets.engine.slot_look import GRID_GLYPH, text_tail
-from batchtop.tui.widgets.engine.slot_timeline import COMPACT_LABEL_WIDTH, render_compact_timeline, render_timeline
+from batchtop.tui.widgets.engine.slot_count import SlotCount, SlotRole, count_slots
+from batchtop.tui.widgets.engine.slot_look import DRAINING_GLYPH, GRID_GLYPH, add_legend, text_tail
+from batchtop.tui.widgets.engine.slot_timeline import (COMPACT_LABEL_WIDTH, compact_legend, render_compact_timeline,
+                                                       render_timeline)
 
 DETAILED_WIDTH, MEDIUM_WIDTH, COMPACT_WIDTH = 34, 13, 3
 TEXT_WIDTH = 60  # a detailed cell and the tail of its request's text
@@ -37,10 +40,20 @@ def progress(slot: SlotView) -> tuple[int, int]:
     return slot.num_generated, slot.max_tokens
 
 
-def cut_note(shown: int, total: int, width: int) -> str:
+VACANT_LABEL = {SlotRole.HELD: "held for a draining seq", SlotRole.RETIRED: "past max_num_seqs"}
+
+
+def cut_note(shown: int, count: SlotCount, width: int) -> str:
     """What a view that cannot show every slot says on its last row."""
-    note = f"slots 0-{shown - 1} of {total} shown · v: every slot, ↑↓ to scroll"
-    return note if len(note) <= width else f"{shown} of {total} slots · v: all"[:width]
+    long = f"slots 0-{shown - 1} of {count.range_label()} shown · v: every slot, ↑↓ to scroll"
+    draining = [f"slots 0-{shown - 1} of {count.range_label()} · v: all"] if count.draining else []
+    return first_fit([long, *draining, f"{shown} of {count.rows} slots · v: all"], width)
+
+
+def grid_cut_note(shown: int, count: SlotCount, width: int) -> str:
+    shown_of = f"… slots 0-{shown - 1} of {count.range_label()} shown"
+    return first_fit([f"{shown_of}: v shows every slot (or widen the window)", f"{shown_of}: v shows every slot",
+                      f"… {shown} of {count.rows} slots · v: all"], width)
 
 
 class SlotsPanel(Panel):
@@ -118,45 +131,60 @@ class SlotsPanel(Panel):
             self.border_title = f"Slots · {view}"
             return
         # the title counts the slots as the step leaves them (the block map's moment): those that finished in
-        # it are free now, shown ✓ for this one frame
-        phases = [s.phase for s in snap.slots]
-        busy = sum(p in WORKING_PHASES for p in phases)
-        padding, finished = phases.count(Phase.PADDING), phases.count(Phase.FINISHED)
-        bubbles = snap.slot_states().count(SlotState.BUBBLE)
-        self.border_title = f"Slots {busy}/{snap.max_num_seqs} busy · {view}"
-        notes = [f"{n} {name}{'s' * (n != 1)}" for n, name in ((padding, "padding row"), (bubbles, "bubble")) if n]
-        notes += [f"{finished} finished"] if finished else []
-        self.border_subtitle = " · ".join(notes) if notes else "v: grid/timeline"
+        # it are free now, shown ✓ for this one frame; busy counts only the max_num_seqs slots, never past them
+        count = count_slots(snap)
+        draining = f" · {count.draining} draining" if count.draining else ""
+        room = self.title_room()
+        self.border_title = first_fit([f"Slots {count.busy}/{count.limit} busy{draining} · {view}",
+                                       f"Slots {count.busy}/{count.limit} busy{draining}"], room)
+        notes = [f"{n} {name}{'s' * (n != 1)}" for n, name in ((count.padding, "padding row"),
+                                                             (count.bubbles, "bubble")) if n]
+        notes += [f"{count.finished} finished"] if count.finished else []
+        notes += [f"{DRAINING_GLYPH} past max_num_seqs={count.limit}: running to the end"] if count.draining else []
+        long = " · ".join(notes) if notes else "v: grid/timeline"
+        self.border_subtitle = first_fit([long, long.replace(": running to the end", "")], room)
 
     def render(self) -> Text:
         frame = self.frame
         if frame is None or frame.snapshot is None:
             return self.placeholder("waiting for the first step…")
         snap = frame.snapshot
+        count = count_slots(snap)
         width, height = self.content_size.width, self.content_size.height
         self._layout = None
         if self.timeline:
-            text, self.timeline_top = render_timeline(self, frame.timeline, len(snap.slots), width, height,
-                                                      self.timeline_top)
+            text, self.timeline_top = render_timeline(self, frame.timeline, count, width, height, self.timeline_top)
             return text
         out = Runs()
-        grid_rows = self.render_grid(out, snap, width, height)
+        grid_rows = self.render_grid(out, snap.slots[:count.rows], count, width, height)
         spare = height - grid_rows - 1  # one row for the timeline's caption
         if spare >= MIN_TIMELINE_ROWS and frame.timeline:
-            num_slots = max([len(snap.slots)] + [len(col) for col in frame.timeline])
             steps = min(len(frame.timeline), max(1, width - COMPACT_LABEL_WIDTH))
+            rows = spare if 2 * spare >= count.rows else spare - 1  # keep a row to say what is cut
             out.newline()
-            out.add(f"─ last {steps} steps " .ljust(width, "─")[:width], self.style("muted"))
-            rows = spare if 2 * spare >= num_slots else spare - 1  # keep a row to say what is cut
-            shown = render_compact_timeline(self, out, frame.timeline, num_slots, width, rows)
-            if shown < num_slots:
+            self._caption(out, f"─ last {steps} steps ", compact_legend(self, frame.timeline, count, width, rows),
+                          width)
+            shown = render_compact_timeline(self, out, frame.timeline, count, width, rows)
+            if shown < count.rows:
                 out.newline()
-                out.add(cut_note(shown, num_slots, width), self.style("warning"))
+                out.add(cut_note(shown, count, width), self.style("warning"))
         return out.text()
 
-    def render_grid(self, out: Runs, snap: StepSnapshot, width: int, height: int) -> int:
+    def _caption(self, out: Runs, head: str, legend: list, width: int) -> None:
+        """The compact timeline's caption: "─ last 14 steps ", the legend of its colours, a rule to the edge."""
+        muted = self.style("muted")
+        head = head[:width]
+        out.add(head, muted)
+        used = len(head)
+        if legend and width - used > 2:
+            used += add_legend(self, out, legend, width - used - 2)
+            out.add(" ", muted)
+            used += 1
+        out.add("─" * max(0, width - used), muted)
+
+    def render_grid(self, out: Runs, slots: tuple[SlotView, ...], count: SlotCount, width: int, height: int) -> int:
         """Draw the grid into out, as compact as the slots allow; returns the rows it took."""
-        slots, states = snap.slots, snap.slot_states()
+        states = self.frame.snapshot.slot_states()
         cells = ((TEXT_WIDTH, self._with_text),) if self.frame.texts else ()
         for cell_width, draw in (*cells, (DETAILED_WIDTH, self._detailed), (MEDIUM_WIDTH, self._medium),
                                  (COMPACT_WIDTH, self._compact)):
@@ -167,20 +195,25 @@ class SlotsPanel(Panel):
         self._layout = (cols, rows, cell_width)
         # slot numbers run down, then across; at most two columns deep as long as it fits, so the
         # rest of the panel is left to the timeline
-        for r in range(min(rows, height)):
+        drawn = rows if rows <= height else max(0, height - 1)  # a cut grid keeps its last row to say so
+        for r in range(drawn):
             if r:
                 out.newline()
             for c in range(cols):
                 i = c * rows + r
                 if i < len(slots):
-                    draw(out, slots[i], states[i], cell_width)
+                    draw(out, slots[i], states[i], count.roles[i], cell_width)
         if rows > height:
-            out.add(f"\n… slots 0-{cols * height - 1} of {len(slots)} shown: v shows every slot (or widen the window)"
-                    [:width + 1], self.style("warning"))
-            return height + 1
+            shown = sum(1 for c in range(cols) for r in range(drawn) if c * rows + r < len(slots))
+            out.add(("\n" if drawn else "") + grid_cut_note(shown, count, width), self.style("warning"))
+            return height
         return rows
 
-    def _cell_style(self, slot: SlotView, state: SlotState) -> Style:
+    def _cell_style(self, slot: SlotView, state: SlotState, role: SlotRole) -> Style:
+        if role is SlotRole.DRAINING:
+            return self.request_style(slot.index, bold=slot.phase is Phase.PREFILL, bgcolor_var="draining")
+        if role is SlotRole.HELD:
+            return self.style("muted", bgcolor_var="draining")
         if state is SlotState.BUBBLE:
             return self.style("background", bgcolor_var="bubble", bold=True)
         if state is SlotState.PADDING:
@@ -188,6 +221,10 @@ class SlotsPanel(Panel):
         if state is SlotState.FREE:
             return self.style("slot-empty")
         return self.request_style(slot.index, bold=slot.phase is Phase.PREFILL)
+
+    @staticmethod
+    def _glyph(slot: SlotView, role: SlotRole) -> str:
+        return " " if role is SlotRole.RETIRED else GRID_GLYPH[slot.phase]
 
     def _bar(self, out: Runs, slot: SlotView, state: SlotState, length: int) -> None:
         done, total = progress(slot)
@@ -204,24 +241,31 @@ class SlotsPanel(Panel):
     def _selected(self, slot: SlotView, style: Style) -> Style:
         return self.style("foreground", reverse=True) if slot.slot == self.selected else style
 
-    def _detailed(self, out: Runs, slot: SlotView, state: SlotState, width: int) -> None:
-        style = self._cell_style(slot, state)
+    def _marker(self, out: Runs, role: SlotRole) -> None:
+        """The cell after the slot number: ↓ on a draining slot (past max_num_seqs), else a space."""
+        if role is SlotRole.DRAINING:
+            out.add(DRAINING_GLYPH, self.style("foreground", bgcolor_var="draining"))
+        else:
+            out.add(" ", self.style("muted"))
+
+    def _detailed(self, out: Runs, slot: SlotView, state: SlotState, role: SlotRole, width: int) -> None:
+        style = self._cell_style(slot, state, role)
         out.add(f"{slot.slot:>3}", self._selected(slot, self.style("muted")))
-        out.add(" ", self.style("muted"))
+        self._marker(out, role)
         if slot.request_id is None:
-            label = "bubble: idle, queue waiting" if state is SlotState.BUBBLE else "empty"
-            out.add(f"{GRID_GLYPH[slot.phase]} {label:<{width - 7}.{width - 7}}", style)
+            label = VACANT_LABEL.get(role) or ("bubble: idle, queue waiting" if state is SlotState.BUBBLE else "empty")
+            out.add(f"{self._glyph(slot, role)} {pad(label, width - 7)}", style)
             out.add(" ")
             return
         done, total = progress(slot)
-        out.add(f"{GRID_GLYPH[slot.phase]} {slot.request_id:<8.8}", style)
+        out.add(f"{GRID_GLYPH[slot.phase]} {pad(slot.request_id, 8, keep_end=True)}", style)
         out.add(" ")
         self._bar(out, slot, state, 8)
         out.add(f" {done:>4}/{total:<4}" + " " * (width - 4 - 10 - 1 - 8 - 10), self.style("foreground"))
 
-    def _with_text(self, out: Runs, slot: SlotView, state: SlotState, width: int) -> None:
+    def _with_text(self, out: Runs, slot: SlotView, state: SlotState, role: SlotRole, width: int) -> None:
         """The detailed cell, then the end of the request's output (of its prompt before any output)."""
-        self._detailed(out, slot, state, DETAILED_WIDTH)
+        self._detailed(out, slot, state, role, DETAILED_WIDTH)
         text = self.frame.texts.get(slot.index) if slot.request_id is not None else None
         shown, style = "", self.style("foreground")
         if text is not None:
@@ -229,18 +273,20 @@ class SlotsPanel(Panel):
         out.add(text_tail(shown, width - DETAILED_WIDTH - 1), style)
         out.add(" ")
 
-    def _medium(self, out: Runs, slot: SlotView, state: SlotState, width: int) -> None:
-        style = self._cell_style(slot, state)
-        glyph = self._selected(slot, style)
+    def _medium(self, out: Runs, slot: SlotView, state: SlotState, role: SlotRole, width: int) -> None:
+        style = self._cell_style(slot, state, role)
+        glyph = DRAINING_GLYPH if role is SlotRole.DRAINING else self._glyph(slot, role)
+        out.add(glyph, self._selected(slot, style))
         if slot.request_id is None:
-            out.add(GRID_GLYPH[slot.phase], glyph)
-            out.add(f"{'':<{width - 2}}", style)
+            out.add(" " * (width - 2), style)
         else:
-            out.add(GRID_GLYPH[slot.phase], glyph)
-            out.add(f"{slot.request_id:<6.6}", style)
+            out.add(pad(slot.request_id, 6, keep_end=True), style)
             self._bar(out, slot, state, width - 8)
         out.add(" ")
 
-    def _compact(self, out: Runs, slot: SlotView, state: SlotState, width: int) -> None:
-        out.add(GRID_GLYPH[slot.phase] * (width - 1), self._selected(slot, self._cell_style(slot, state)))
+    def _compact(self, out: Runs, slot: SlotView, state: SlotState, role: SlotRole, width: int) -> None:
+        glyphs = self._glyph(slot, role) * (width - 1)
+        if role is SlotRole.DRAINING:
+            glyphs = DRAINING_GLYPH + glyphs[1:]
+        out.add(glyphs, self._selected(slot, self._cell_style(slot, state, role)))
         out.add(" ")

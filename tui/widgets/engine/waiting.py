@@ -8,20 +8,27 @@ from rich.text import Text
 from batchtop.core_engine.engine.snapshot import StepSnapshot
 from batchtop.core_engine.run.pacing import TARGET_SLOT_UTILIZATION
 from batchtop.tui.sources.frame import DashboardFrame
+from batchtop.tui.widgets.common.fit import first_fit, pad
 from batchtop.tui.widgets.common.panel import Panel, Runs
+from batchtop.tui.widgets.common.units import short_seconds
+
+
+def pace_labels(snap: StepSnapshot) -> tuple[str, ...]:
+    """How the arrivals play now, when a closed-loop pacer plays them (run.pacing): the whole label, then
+    shorter ones for a narrow footer."""
+    speed = snap.arrival_speed
+    if speed is None:
+        return ("",)
+    if speed <= 0:
+        return "first wave; paced from the first completions", "first wave, then paced", "first wave", "1st wave"
+    target = f"~{100 * TARGET_SLOT_UTILIZATION:.0f}% busy"
+    if snap.mode != "continuous":
+        return f"pace held at {speed:.2g}x", f"pace {speed:.2g}x", f"{speed:.2g}x"
+    return f"paced {speed:.2g}x for {target}", f"paced {speed:.2g}x", f"{speed:.2g}x"
 
 
 def pace_label(snap: StepSnapshot) -> str:
-    """How the arrivals play now, when a closed-loop pacer plays them (run.pacing)."""
-    speed = snap.arrival_speed
-    if speed is None:
-        return ""
-    if speed <= 0:
-        return "first wave; paced from the first completions"
-    target = f"~{100 * TARGET_SLOT_UTILIZATION:.0f}% busy"
-    if snap.mode != "continuous":
-        return f"pace held at {speed:.2g}x"
-    return f"paced {speed:.2g}x for {target}"
+    return pace_labels(snap)[0]
 
 
 def arrivals_label(workload: dict | None) -> str:
@@ -56,9 +63,12 @@ class WaitingPanel(Panel):
         n = snap.num_waiting if snap is not None else 0
         self.border_title = f"Waiting {n}"
         later = snap.num_pending_arrivals if snap is not None else 0
-        pace = pace_label(snap) if snap is not None else ""
-        parts = [f"{later} to arrive" if later else "", pace or self.arrivals]
-        self.border_subtitle = " · ".join(p for p in parts if p)
+        arriving = (f"{later} to arrive", f"+{later}") if later else ("",)
+        paces = pace_labels(snap) if snap is not None and snap.arrival_speed is not None else (self.arrivals,)
+        # the footer is fitted, not cut by the border: the pace loses words first, then the count shortens
+        options = [" · ".join(p for p in (a, pace) if p) for a in arriving for pace in paces]
+        options.sort(key=len, reverse=True)
+        self.border_subtitle = first_fit(options, self.title_room())
 
     def render(self) -> Text:
         frame = self.frame
@@ -71,7 +81,8 @@ class WaitingPanel(Panel):
         out = Runs()
         lines = 0
         if snap.wait_reason is not None:  # the scheduler's own reason: the panel only displays it
-            out.add(snap.wait_reason.text(width)[:width] + "\n", self.style("warning", bold=True))
+            reason = snap.wait_reason
+            out.add(first_fit([reason.message, reason.short], width) + "\n", self.style("warning", bold=True))
             lines += 1
         wide = width >= 30
         header = f"{'request':<9}{'prompt':>7}{'max':>6}{'waited':>8}" if wide else f"{'req':<7}{'prompt':>6}{'wait':>5}"
@@ -83,14 +94,19 @@ class WaitingPanel(Panel):
         for w in snap.waiting[:room]:
             out.newline()
             waited = max(0.0, snap.t - w.arrival_s)
-            out.add(f"{w.request_id:<9.9}" if wide else f"{w.request_id:<7.7}", self.request_style(w.index))
-            out.add(f"{w.prompt_len:>7}{w.max_tokens:>6}{waited:>7.1f}s" if wide else f"{w.prompt_len:>6}{waited:>4.0f}s",
-                    self.style("foreground"))
-            if w.num_preemptions:
-                out.add(f" ↺{w.num_preemptions}", self.style("warning"))
+            # a preempted request's ↺ count takes the end of its id's column, so a full-width row keeps it
+            mark = f" ↺{w.num_preemptions}" if w.num_preemptions else ""
+            out.add(pad(w.request_id, (9 if wide else 7) - len(mark), keep_end=True), self.request_style(w.index))
+            if mark:
+                out.add(mark, self.style("warning"))
+            numbers = (f"{w.prompt_len:>7}{w.max_tokens:>6}{waited:>7.1f}s" if wide
+                       else f"{w.prompt_len:>6}{short_seconds(waited, 5):>5}")
+            out.add(numbers, self.style("foreground"))
         shown = min(room, len(snap.waiting))
         if snap.num_waiting > shown:  # no key lists the rest: the title counts them, the order is FCFS
             out.newline()
-            note = f"… {snap.num_waiting - shown} more behind ({shown} of {snap.num_waiting} listed)"
-            out.add(note if len(note) <= width else f"… +{snap.num_waiting - shown} more"[:width], self.style("warning"))
+            hidden = snap.num_waiting - shown
+            note = first_fit([f"… {hidden} more behind ({shown} of {snap.num_waiting} listed)", f"… +{hidden} more",
+                              f"+{hidden}"], width)
+            out.add(note, self.style("warning"))
         return out.text()
