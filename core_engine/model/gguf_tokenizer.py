@@ -13,8 +13,10 @@ decides them.
 
 from __future__ import annotations
 
+import math
+
 from batchtop.core_engine.errors import BadInput
-from batchtop.core_engine.model.gguf_file import GGUFHeader
+from batchtop.core_engine.model.gguf_header import GGUFHeader
 from batchtop.core_engine.model.tokenizer import Tokenizer
 
 NORMAL, UNKNOWN, CONTROL, USER_DEFINED, UNUSED, BYTE = 1, 2, 3, 4, 5, 6
@@ -33,9 +35,18 @@ PRE_TOKENIZERS: dict[str, str | None] = {
 
 
 def tokens_of(h: GGUFHeader) -> tuple[list[str], list[int]]:
+    """The vocabulary, each token a distinct non-empty string (the tokenizer maps text to one id)."""
     tokens = h.metadata.get("tokenizer.ggml.tokens")
     if not isinstance(tokens, list) or not tokens or not all(isinstance(t, str) for t in tokens):
         raise BadInput(f"{h.path}: tokenizer.ggml.tokens is missing or not a list of strings")
+    if len(set(tokens)) != len(tokens) or "" in tokens:
+        first: dict[str, int] = {}
+        for i, token in enumerate(tokens):
+            if not token:
+                raise BadInput(f"{h.path}: tokenizer.ggml.tokens[{i}] is an empty string")
+            if first.setdefault(token, i) != i:
+                raise BadInput(f"{h.path}: tokenizer.ggml.tokens[{i}] {token!r} repeats tokenizer.ggml.tokens"
+                               f"[{first[token]}]")
     types = h.metadata.get("tokenizer.ggml.token_type", [NORMAL] * len(tokens))
     if not isinstance(types, list) or len(types) != len(tokens):
         raise BadInput(f"{h.path}: tokenizer.ggml.token_type must have one entry per token ({len(tokens)})")
@@ -62,14 +73,21 @@ def _byte_level(h: GGUFHeader, tokens: list[str]):
     merges = h.metadata.get("tokenizer.ggml.merges")
     if not isinstance(merges, list) or not all(isinstance(m, str) and " " in m for m in merges):
         raise BadInput(f"{h.path}: tokenizer.ggml.merges is missing or not a list of 'left right' strings")
+    vocab = {t: i for i, t in enumerate(tokens)}
+    pairs = [tuple(m.split(" ", 1)) for m in merges]
+    for i, (left, right) in enumerate(pairs):
+        for piece in (left, right, left + right):
+            if piece not in vocab:
+                raise BadInput(f"{h.path}: tokenizer.ggml.merges[{i}] {merges[i]!r} needs {piece!r}, which is not "
+                               "in tokenizer.ggml.tokens")
     pre = h.metadata.get("tokenizer.ggml.pre", "default")
     if pre not in PRE_TOKENIZERS:
         raise BadInput(f"{h.path}: tokenizer.ggml.pre {pre!r} is not a pre-tokenizer batchtop knows "
                        f"(known: {', '.join(PRE_TOKENIZERS)})")
     pattern = PRE_TOKENIZERS[pre]
-    vocab = {t: i for i, t in enumerate(tokens)}
-    tok = RustTokenizer(models.BPE(vocab, [tuple(m.split(" ", 1)) for m in merges],
-                                   ignore_merges=pattern is not None and r"\p{N}{1,3}" in pattern))
+    model = _built(h, "tokenizer.ggml.merges", lambda: models.BPE(
+        vocab, pairs, ignore_merges=pattern is not None and r"\p{N}{1,3}" in pattern))
+    tok = RustTokenizer(model)
     if pattern is None:
         tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
     else:
@@ -78,6 +96,15 @@ def _byte_level(h: GGUFHeader, tokens: list[str]):
             pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
     tok.decoder = decoders.ByteLevel()
     return tok, False
+
+
+def _built(h: GGUFHeader, key: str, build):
+    """The `tokenizers` model `build` makes; its bare Exception (what the checks above should have
+    caught) named by the file and the key instead of a traceback."""
+    try:
+        return build()
+    except Exception as exc:  # noqa: BLE001 (the Rust side raises a bare Exception)
+        raise BadInput(f"{h.path}: {key}: the tokenizer cannot be built from it ({exc})") from None
 
 
 def spm_merges(tokens: list[str], scores: list[float], types: list[int]) -> list[tuple[str, str]]:
@@ -99,10 +126,14 @@ def _sentencepiece(h: GGUFHeader, tokens: list[str], types: list[int]):
     scores = h.metadata.get("tokenizer.ggml.scores")
     if not isinstance(scores, list) or len(scores) != len(tokens):
         raise BadInput(f"{h.path}: tokenizer.ggml.scores must have one score per token ({len(tokens)})")
+    bad = next((i for i, s in enumerate(scores) if not isinstance(s, (int, float)) or isinstance(s, bool)
+                or not math.isfinite(s)), None)
+    if bad is not None:  # a NaN would order the merges arbitrarily
+        raise BadInput(f"{h.path}: tokenizer.ggml.scores[{bad}] must be a finite number, got {scores[bad]!r}")
     unk = _special_id(h, "unknown_token_id", len(tokens))
-    tok = RustTokenizer(models.BPE({t: i for i, t in enumerate(tokens)}, spm_merges(tokens, scores, types),
-                                   unk_token=tokens[unk] if unk is not None else None, fuse_unk=True,
-                                   byte_fallback=True))
+    tok = RustTokenizer(_built(h, "tokenizer.ggml.scores", lambda: models.BPE(
+        {t: i for i, t in enumerate(tokens)}, spm_merges(tokens, scores, types),
+        unk_token=tokens[unk] if unk is not None else None, fuse_unk=True, byte_fallback=True)))
     prefix = h.metadata.get("tokenizer.ggml.add_space_prefix", True) is not False
     tok.pre_tokenizer = pre_tokenizers.Metaspace(replacement="▁", prepend_scheme="first" if prefix else "never",
                                                  split=False)
@@ -130,11 +161,12 @@ def gguf_tokenizer(h: GGUFHeader) -> Tokenizer:
     eos = _special_id(h, "eos_token_id", len(tokens))
     add_bos = h.metadata.get("tokenizer.ggml.add_bos_token", bos_default) is True and bos is not None
     if add_bos:
-        tok.post_processor = processors.TemplateProcessing(
+        tok.post_processor = _built(h, "tokenizer.ggml.bos_token_id", lambda: processors.TemplateProcessing(
             single=f"{tokens[bos]}:0 $A:0", pair=f"{tokens[bos]}:0 $A:0 {tokens[bos]}:1 $B:1",
-            special_tokens=[(tokens[bos], bos)])
+            special_tokens=[(tokens[bos], bos)]))
     template = h.metadata.get("tokenizer.chat_template")
     return Tokenizer(tok, eos_token_ids=end_of_generation_ids(h, tokens),
                      chat_template=template if isinstance(template, str) and template else None,
                      bos_token=tokens[bos] if bos is not None else None,
-                     eos_token=tokens[eos] if eos is not None else None)
+                     eos_token=tokens[eos] if eos is not None else None,
+                     chat_template_origin=f"{h.path}: tokenizer.chat_template")

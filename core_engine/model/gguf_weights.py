@@ -15,9 +15,11 @@ import torch
 
 from batchtop.core_engine.config import ModelConfig
 from batchtop.core_engine.errors import BadInput
-from batchtop.core_engine.model.gguf_file import GGUFHeader, TensorInfo, read_header
+from batchtop.core_engine.model.checkpoint import layer_shapes
+from batchtop.core_engine.model.gguf_file import read_header
+from batchtop.core_engine.model.gguf_header import GGUFHeader, TensorInfo
 from batchtop.core_engine.model.llama import LlamaForCausalLM
-from batchtop.core_engine.model.parameters import empty_model, hf_parameter_shapes, hf_parameters
+from batchtop.core_engine.model.parameters import empty_model, hf_parameters
 
 # What gguf.quants dequantizes and batchtop accepts: the float types, the legacy block quants, the K-quants.
 SUPPORTED_TYPES = ("F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1",
@@ -53,7 +55,7 @@ def check_tensors(config: ModelConfig, header: GGUFHeader | None = None) -> dict
             raise BadInput(f"{h.path}: unexpected tensor {info.name} (not part of a {h.architecture} model "
                            "batchtop runs)")
         by_hf[name] = info
-    needed = hf_parameter_shapes(config)
+    needed = _needed_shapes(config)
     for name, shape in needed.items():
         info = by_hf.get(name)
         if info is None:
@@ -68,6 +70,16 @@ def check_tensors(config: ModelConfig, header: GGUFHeader | None = None) -> dict
     if extra:
         raise BadInput(f"{h.path}: unexpected tensor {by_hf[extra[0]].name} ({len(extra)} in all) for this metadata")
     return {name: by_hf[name] for name in needed}
+
+
+def _needed_shapes(config: ModelConfig) -> dict[str, tuple[int, ...]]:
+    """What the config needs, from one layer built on the meta device (every layer has the same
+    tensors): the cost is the file's layer count (held against its tensors already), not a model's."""
+    outer, layer = layer_shapes(config)
+    needed = dict(outer)
+    for i in range(config.num_hidden_layers):
+        needed.update((f"model.layers.{i}.{rest}", shape) for rest, shape in layer.items())
+    return needed
 
 
 def gguf_name_of(hf: str) -> str:

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from batchtop.core_engine.config import ModelConfig, RopeScaling
 from batchtop.core_engine.errors import BadInput, ConfigError
+from batchtop.core_engine.model.model_numbers import RMS_NORM_EPS, ROPE_THETA, checked_number
 
 SUPPORTED_ARCHITECTURES = ("LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM")
 MODEL_TYPES = {"llama": "LlamaForCausalLM", "mistral": "MistralForCausalLM", "qwen2": "Qwen2ForCausalLM",
@@ -71,18 +72,7 @@ class _Fields:
     def float(self, key: str, default: float, data: dict | None = None, *, above: float | None = None,
               at_least: float | None = None) -> float:
         value = (self.data if data is None else data).get(key, default)
-        if not isinstance(value, (int, float)) or isinstance(value, bool):
-            raise BadInput(f"{self.path}: {key!r} must be a number, got {value!r}")
-        try:
-            number = float(value)
-        except OverflowError:  # an integer past a float
-            raise BadInput(f"{self.path}: {key!r} must be a finite number, got an integer of {len(str(value))} "
-                           f"digits") from None
-        if above is not None and not number > above:
-            raise BadInput(f"{self.path}: {key!r} must be > {above:g}, got {value!r}")
-        if at_least is not None and not number >= at_least:
-            raise BadInput(f"{self.path}: {key!r} must be >= {at_least:g}, got {value!r}")
-        return number
+        return checked_number(value, f"{self.path}: {key!r}", above=above, at_least=at_least)
 
     def bool(self, key: str, default: bool) -> bool:
         value = self.data.get(key, default)
@@ -108,7 +98,7 @@ def rope_of(f: _Fields) -> tuple[float, RopeScaling | None]:
     rope = f.data.get("rope_parameters") or f.data.get("rope_scaling") or {}
     if not isinstance(rope, dict):
         raise BadInput(f"{f.path}: 'rope_scaling' must be an object or null, got {rope!r}")
-    theta = f.float("rope_theta", f.float("rope_theta", 10000.0, above=0), data=rope, above=0)
+    theta = f.float("rope_theta", f.float("rope_theta", 10000.0, **ROPE_THETA), data=rope, **ROPE_THETA)
     kind = rope.get("rope_type", rope.get("type", "default"))
     if kind == "default":
         return theta, None
@@ -168,7 +158,7 @@ def read_model_config(model_dir: str | Path) -> ModelConfig:
             intermediate_size=f.int("intermediate_size"), num_hidden_layers=f.int("num_hidden_layers"),
             num_attention_heads=heads, num_key_value_heads=f.int("num_key_value_heads", heads),
             max_position_embeddings=max_len, rope_theta=theta,
-            rms_norm_eps=f.float("rms_norm_eps", 1e-6, at_least=0), head_dim=f.int("head_dim", 0),
+            rms_norm_eps=f.float("rms_norm_eps", 1e-6, **RMS_NORM_EPS), head_dim=f.int("head_dim", 0),
             attention_bias=qkv_bias, o_proj_bias=o_bias,
             mlp_bias=arch == "LlamaForCausalLM" and f.bool("mlp_bias", False),
             qk_norm=arch == "Qwen3ForCausalLM", rope_scaling=scaling,

@@ -8,7 +8,7 @@ The API other parts rely on (the workload reader, the dashboard, the server):
     stream = tok.stream(prompt_ids)            # incremental: stream.push(token_id) -> new text ("" while
                                                # a multi-byte character is still incomplete);
                                                # stream.flush() at the end -> what is still held
-    prompt = tok.apply_chat_template(messages) # when tokenizer_config.json has a chat template
+    prompt = tok.apply_chat_template(messages) # when the checkpoint has a chat template
     tok.eos_token_ids                          # generation_config.json's EOS ids (else config.json's)
     tok.max_text_bytes(n)                      # the most bytes of text n tokens can hold (None: unknown)
 
@@ -150,7 +150,7 @@ class Tokenizer:
         """The prompt text for a chat, rendered by the checkpoint's own Jinja template; encode it with
         add_special_tokens=False (templates write their BOS themselves)."""
         if self.chat_template is None:
-            raise BadInput("this model's tokenizer_config.json has no chat_template")
+            raise BadInput(f"this model has no chat_template (none in {self.chat_template_origin})")
         try:
             if self._template is None:
                 self._template = compile_template(self.chat_template)
