@@ -4,8 +4,12 @@
     python bench/gpu_suite.py --device cpu --model tiny -o suite.json    # the same path end to end on a CPU
 
 Sections, each timed and each recorded even when it fails (its error goes into the JSON and the
-suite goes on):
-- tests: pytest on tests/test_gpu.py and tests/test_triton_decode.py (passed / failed / skipped).
+suite goes on); with -o the JSON is rewritten after every section, so a run cut short keeps what it had:
+- decode_kernel: the Triton decode attention per layer call, split-KV vs the serial kernel, at batch 1
+  and 64 (gpu-8b dims, context 256, in a CUDA graph, torch.cuda events; bench/decode_kernel_timing.py),
+  against issue 40's goals (<= 8 us and <= 30 us).
+- tests: pytest on tests/kernels/test_gpu.py, test_triton_decode.py (the interpreter tests, which skip
+  where CUDA is present) and test_triton_offline_compile.py (passed / failed / skipped).
 - sweep: per model, decode step time at each batch size (CUDA graphs on, as the engine runs), and the
   same at batch 1 and the largest batch with --enforce-eager, so what the graphs buy is measured.
 - roofline: per model, at batch 1/8/64/256, achieved bytes/s and FLOP/s over the step and the fraction
@@ -15,13 +19,15 @@ suite goes on):
   this device's decode steps at contexts 128 and 512), also written beside -o as SUITE.calibration.json
   for `--calibration`.
 - vllm: bench/peer_vllm.py's throughput mode when this Python imports vllm; else why not.
-Sized to finish within 5 minutes on an H200 (weights are seeded on the device; 6 steps a batch).
+Sized to finish within 8 minutes on an H200 (weights are seeded on the device; 6 steps a batch).
+--sections runs some of them only (a rerun of what a cut-short run missed).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import statistics
 import subprocess
@@ -39,20 +45,39 @@ from batchtop.core_engine.run.resolve import resolve_config
 
 ROOT = Path(__file__).resolve().parent.parent
 ROOFLINE_BATCHES = (1, 8, 64, 256)
+SECTIONS = ("decode_kernel", "tests", "sweep", "roofline", "compare", "calibration", "vllm")
+TESTS = ("tests/kernels/test_gpu.py", "tests/kernels/test_triton_decode.py",
+         "tests/kernels/test_triton_offline_compile.py")
 
 
-def section(report: dict, name: str, fn) -> None:
+def save(report: dict, path: Path | None) -> None:
+    """The report so far, replacing the file whole (a run killed mid-write leaves the previous one)."""
+    if path is not None:
+        partial = path.with_name(path.name + ".partial")
+        partial.write_text(json.dumps(report, indent=2))
+        os.replace(partial, path)
+
+
+def section(report: dict, name: str, fn, output: Path | None = None) -> None:
     t0 = time.perf_counter()
     try:
         report[name] = fn()
     except Exception as exc:  # noqa: BLE001 - one broken section must not hide the others' numbers
         report[name] = {"error": f"{type(exc).__name__}: {exc}"}
     report[name + "_s"] = round(time.perf_counter() - t0, 1)
+    save(report, output)
     print(f"{name}: {time.perf_counter() - t0:.0f} s  {json.dumps(report[name])[:300]}", file=sys.stderr, flush=True)
 
 
+def run_decode_kernel(device: str) -> dict:
+    if device != "cuda":
+        return {"skipped": "the Triton kernels are timed on CUDA only"}
+    from decode_kernel_timing import decode_kernel_timing  # bench/
+    return decode_kernel_timing()
+
+
 def run_tests(timeout: int) -> dict:
-    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-rs", "tests/test_gpu.py", "tests/test_triton_decode.py"],
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-rs", *TESTS],
                           cwd=ROOT, capture_output=True, text=True, timeout=timeout)
     counts = {k: int(n) for n, k in re.findall(r"(\d+) (passed|failed|skipped|errors?)", proc.stdout)}
     return {"returncode": proc.returncode, **counts, "tail": proc.stdout.strip().splitlines()[-8:]}
@@ -141,32 +166,44 @@ def main() -> None:
     ap.add_argument("--batches", default="1,2,4,8,16,32,64,128,256")
     ap.add_argument("--context", type=int, default=256)
     ap.add_argument("--steps", type=int, default=6)
-    ap.add_argument("-o", "--output", type=Path, help="the JSON [default: stdout]")
+    ap.add_argument("--sections", default=",".join(SECTIONS), help="comma-separated subset [default: all]")
+    ap.add_argument("-o", "--output", type=Path, help="the JSON, rewritten after each section [default: stdout]")
     args = ap.parse_args()
+    chosen = [name.strip() for name in args.sections.split(",") if name.strip()]
+    unknown = sorted(set(chosen) - set(SECTIONS))
+    if unknown:
+        ap.error(f"--sections: unknown {', '.join(unknown)} (choose from {', '.join(SECTIONS)})")
     if args.device == "cuda" and not torch.cuda.is_available():
-        sys.exit("gpu_suite: no CUDA device here; run with --device cpu --model tiny to check the suite itself")
+        ap.error("--device cuda: no CUDA device here; run with --device cpu --model tiny to check the suite itself")
     models = args.model or ["gpu-1b", "gpu-8b"]
     batches = [int(b) for b in args.batches.split(",")]
     report: dict = {"format": "batchtop.gpu_suite/1", "device": args.device, "torch": torch.__version__,
                     "device_name": torch.cuda.get_device_name(0) if args.device == "cuda" else "cpu"}
     t0 = time.perf_counter()
-    section(report, "tests", lambda: run_tests(240))
+    out = args.output
+    if "decode_kernel" in chosen:
+        section(report, "decode_kernel", lambda: run_decode_kernel(args.device), out)
+    if "tests" in chosen:
+        section(report, "tests", lambda: run_tests(240), out)
     sweeps: list[dict] = []
-    for model in models:
-        section(report, f"sweep_{model}", lambda m=model: sweep_model(m, args.device, batches, args.context, args.steps))
+    for model in models if "sweep" in chosen else []:
+        section(report, f"sweep_{model}",
+                lambda m=model: sweep_model(m, args.device, batches, args.context, args.steps), out)
         sweeps.append(report[f"sweep_{model}"])
-    section(report, "roofline", lambda: roofline(sweeps))
-    section(report, "compare", lambda: run_compare(models[0], args.device, 240))
-    section(report, "calibration", lambda: run_calibrate(models[0], args.device, 240))
-    section(report, "vllm", lambda: run_vllm(models[0], 300))
+    if "roofline" in chosen:
+        section(report, "roofline", lambda: roofline(sweeps), out)
+    if "compare" in chosen:
+        section(report, "compare", lambda: run_compare(models[0], args.device, 240), out)
+    if "calibration" in chosen:
+        section(report, "calibration", lambda: run_calibrate(models[0], args.device, 240), out)
+    if "vllm" in chosen:
+        section(report, "vllm", lambda: run_vllm(models[0], 300), out)
     report["total_s"] = round(time.perf_counter() - t0, 1)
-    text = json.dumps(report, indent=2)
-    if args.output:
-        args.output.write_text(text)
-        if report["calibration"].get("schema"):  # ready for `batchtop --simulate DEVICE --calibration FILE`
-            args.output.with_suffix(".calibration.json").write_text(json.dumps(report["calibration"], indent=2))
-    else:
-        print(text)
+    save(report, out)
+    if out is None:
+        print(json.dumps(report, indent=2))
+    elif report.get("calibration", {}).get("schema"):  # ready for `batchtop --simulate DEVICE --calibration FILE`
+        out.with_suffix(".calibration.json").write_text(json.dumps(report["calibration"], indent=2))
 
 
 if __name__ == "__main__":

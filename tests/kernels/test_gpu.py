@@ -11,7 +11,7 @@ from batchtop.gpu_kernels import paged_decode_attention
 from tests.conftest import make_requests, run_all, tiny_config
 from tests.kernels.test_paged_attention import HD, NH, scattered_pool
 
-pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")]
 
 
 def decode_on_cuda_matches_the_cpu_reference(kernel, lengths: list[int], seed: int) -> None:
@@ -59,11 +59,62 @@ def test_this_gpu_has_datasheet_roofs_with_a_ridge_far_right_of_a_cpus():
     assert peaks.ridge_flop_per_byte > 50  # batching stays nearly free into the hundreds on a GPU
 
 
-def test_the_triton_decode_kernel_on_cuda_matches_the_reference():
+@pytest.mark.parametrize("kernel", ["split_kv", "serial"])
+def test_the_triton_decode_kernels_on_cuda_match_the_reference(kernel):
     from batchtop.gpu_kernels import triton_decode
     if not triton_decode.available():
         pytest.skip("triton is not installed")
-    decode_on_cuda_matches_the_cpu_reference(triton_decode.paged_decode_attention_triton, [70, 33, 1], seed=2)
+    from batchtop.gpu_kernels.triton_decode_serial import paged_decode_attention_serial
+    fn = triton_decode.paged_decode_attention_triton if kernel == "split_kv" else paged_decode_attention_serial
+    decode_on_cuda_matches_the_cpu_reference(fn, [70, 33, 1], seed=2)
+
+
+def bf16_pool(lengths: list[int], heads: int = 32, kv_heads: int = 8, head_dim: int = 128, block_size: int = 16,
+              seed: int = 0):
+    """A bf16 pool on the GPU at Llama-3-8B dims, each row's blocks shuffled, tables one block wider."""
+    gen = torch.Generator(device="cuda").manual_seed(seed)
+    need = [-(-n // block_size) for n in lengths]
+    num_blocks = sum(need) + 1
+    k = torch.randn(num_blocks, block_size, kv_heads, head_dim, generator=gen, device="cuda").bfloat16()
+    v = torch.randn(num_blocks, block_size, kv_heads, head_dim, generator=gen, device="cuda").bfloat16()
+    order = torch.randperm(num_blocks, generator=gen, device="cuda")
+    tables = torch.full((len(lengths), max(need) + 1), int(order[-1]), device="cuda")
+    start = 0
+    for row, n in enumerate(need):
+        tables[row, :n] = order[start:start + n]
+        start += n
+    q = torch.randn(len(lengths), heads, head_dim, generator=gen, device="cuda").bfloat16()
+    return q, k, v, tables, torch.tensor(lengths, device="cuda")
+
+
+def fp32_reference(q, k, v, tables, lens):
+    return paged_decode_attention(q.float(), k.float(), v.float(), tables, lens, q.shape[-1] ** -0.5)
+
+
+@pytest.mark.parametrize("lengths", [[256], [1], [4097], [256] * 64, [1 + 37 * i for i in range(64)]],
+                         ids=["b1-256", "b1-1", "b1-4097", "b64-256", "b64-ragged"])
+def test_split_kv_in_bf16_on_tensor_cores_matches_the_fp32_reference(lengths):
+    from batchtop.gpu_kernels import triton_decode
+    q, k, v, tables, lens = bf16_pool(lengths, seed=len(lengths))
+    got = triton_decode.paged_decode_attention_triton(q, k, v, tables, lens, q.shape[-1] ** -0.5)
+    assert got.dtype == torch.bfloat16
+    torch.testing.assert_close(got.float(), fp32_reference(q, k, v, tables, lens), rtol=2e-2, atol=2e-2)
+
+
+def test_split_kv_captured_once_in_a_cuda_graph_serves_any_context_length():
+    from batchtop.gpu_kernels import triton_decode
+    q, k, v, tables, lens = bf16_pool([700, 300, 64, 1], seed=9)
+    captured_lens = torch.ones_like(lens)  # captured at length 1, as the engine's padding rows are
+    scale = q.shape[-1] ** -0.5
+    triton_decode.paged_decode_attention_triton(q, k, v, tables, captured_lens, scale)  # compile outside capture
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = triton_decode.paged_decode_attention_triton(q, k, v, tables, captured_lens, scale)
+    for new_lens in ([700, 300, 64, 1], [1, 640, 65, 129]):
+        captured_lens.copy_(torch.tensor(new_lens))
+        graph.replay()
+        torch.testing.assert_close(out.float(), fp32_reference(q, k, v, tables, captured_lens), rtol=2e-2, atol=2e-2)
 
 
 @pytest.mark.parametrize("mode", ["continuous", "static"])
