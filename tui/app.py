@@ -35,6 +35,7 @@ from batchtop.tui.widgets.engine.slots import SlotsPanel
 
 POLL_HZ = 10
 PAINT_INTERVAL_S = 0.5  # while the engine runs: how often a new frame reaches the screen
+STATUS_TICK_S = 0.2  # how often the status line's clocks are read again, new frame or not (a step may take a minute)
 QUIT_WAIT_S = 10.0  # longest we wait for a step in flight when quitting
 
 
@@ -96,6 +97,7 @@ class BatchtopApp(App[int]):
         self._shown_state: str | None = None
         self._status_text: Text | None = None
         self._last_paint = float("-inf")
+        self._last_status = float("-inf")
         self._sigterm_before = None  # the SIGTERM handler the app replaced while it runs
         source.notify = lambda kind, text: self.post_message(SourceEvent(kind, text))
 
@@ -164,24 +166,30 @@ class BatchtopApp(App[int]):
         repaints only if its picture changed.
 
         On 2 cores every millisecond the UI draws is taken from the engine, so while it runs a new
-        frame is shown at most every PAINT_INTERVAL_S; paused, finished or stepped by hand, at once."""
+        frame is shown at most every PAINT_INTERVAL_S; paused, finished or stepped by hand, at once.
+        The status line is read again every STATUS_TICK_S even when no frame comes (a first step on
+        the torch ops can take a minute): its clocks and counters move, computed as it is painted."""
         if not getattr(self, "view", None) or not self.view.ready:  # not mounted yet, or torn down
             return
         frame = self.source.frame
         state = getattr(frame, "state", None)
         force = force or state != self._shown_state
         now = time.monotonic()
-        # while it loads, the frame stays the same but the status line counts the seconds: repaint it too
-        if not force and ((frame is self._shown and state != "loading") or (state in ("running", "replay", "loading")
-                                                                             and now - self._last_paint < PAINT_INTERVAL_S)):
-            return
-        self._shown, self._shown_state, self._last_paint = frame, state, now
-        self.view.show(frame, force)
+        throttled = state in ("running", "replay") and now - self._last_paint < PAINT_INTERVAL_S
+        if force or (frame is not self._shown and not throttled):
+            self._shown, self._shown_state, self._last_paint = frame, state, now
+            self.view.show(frame, force)
+            self._paint_status(frame, force, now)
+        elif now - self._last_status >= STATUS_TICK_S:
+            self._paint_status(self._shown, False, now)  # the frame on screen: the panels and the line agree
+
+    def _paint_status(self, frame: object, force: bool, now: float) -> None:
+        self._last_status = now
         extra = f"stopped: {self.source_error}" if self.source_error else self.source.status(frame)
         text, essential = self.view.status_line(frame, extra)
         if force or text != self._status_text:
             self._status_text = text
-            self._status.show(text, essential, state or "")
+            self._status.show(text, essential, getattr(frame, "state", None) or "")
 
     async def on_source_event(self, event: SourceEvent) -> None:
         if event.kind == "quit":  # a script's last action: the engine thread has already closed its trace

@@ -23,12 +23,27 @@ from collections.abc import Callable
 import torch
 
 
+KERNELS_SOURCE = "batchtop linear_bf16"  # in a roof's source: measured on batchtop's kernels
+
+
 def kernels_in_use(device: str, dtype: str) -> bool:
     """Whether bf16 linears run on batchtop's CPU kernels now (never builds them)."""
     if device != "cpu" or dtype != "bfloat16":
         return False
     from batchtop.gpu_kernels import cpu_kernels
     return cpu_kernels.active() and bool(torch.ops.batchtop_cpu.linear_bf16_supported())
+
+
+def kernels_for_roofs(device: str, dtype: str) -> bool:
+    """Whether the roofs are to be measured on batchtop's kernels: the roofs of the kernels that will run.
+    Where nothing builds them in the background (headless, attach, calibrate) they are loaded now, or
+    built in the foreground once per machine, as any first use builds them (cpu_kernels.available).
+    While the dashboard's background build runs, the torch ops run and these are False: the roofs are
+    torch's until the kernels come in, and then measured again (core_engine/perf/live_roofs.py)."""
+    if device != "cpu" or dtype != "bfloat16":
+        return False
+    from batchtop.gpu_kernels import cpu_kernels
+    return cpu_kernels.available() and kernels_in_use(device, dtype)
 
 
 def best_time(fn: Callable[[], object], repeats: int) -> float:

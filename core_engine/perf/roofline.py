@@ -17,12 +17,35 @@ is compute-bound, and charge nothing for a longer context.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
+
 from batchtop.core_engine.model.cost import StepCost
+from batchtop.core_engine.perf.device_peaks import DATASHEET, GIB
 
 
 def bound(intensity: float, ridge_flop_per_byte: float) -> str:
     return "memory-bound" if intensity < ridge_flop_per_byte else "compute-bound"
+
+
+def gpu_ridges() -> tuple[int, int]:
+    """The lowest and highest ridge (FLOP/byte) of the datasheet's data-centre GPUs (40 GiB and more),
+    rounded out to tens. A bf16 decode step's GEMMs do about one FLOP per weight byte per row, so this
+    is also about how many decode rows such a GPU keeps memory-bound."""
+    ridges = [flops / bandwidth for _, flops, bandwidth, memory in DATASHEET if memory >= 40 * GIB]
+    return math.floor(min(ridges) / 10) * 10, math.ceil(max(ridges) / 10) * 10
+
+
+def device_regime(step_bound: str, ridge_flop_per_byte: float) -> tuple[str, str] | None:
+    """Why a decode step reads compute-bound where the teaching text says memory-bound: this device's
+    ridge (a CPU's: 6-20 FLOP/byte; an AVX2 CPU computes bf16 as unpacked fp32 FMAs, ridge ~9) sits far
+    left of a GPU's, so a few rows already cross it. (what the verdict adds after "compute-bound", the
+    line that says what a GPU would show); None where the verdict needs no such word."""
+    low, high = gpu_ridges()
+    if step_bound != "compute-bound" or ridge_flop_per_byte >= low:
+        return None
+    return (f" on this device (ridge {ridge_flop_per_byte:.0f} FLOP/B)",
+            f"a GPU's ridge is {low}-{high} FLOP/B: decode there stays memory-bound to ~{low} rows")
 
 
 def kernel_bounds(cost: StepCost, ridge_flop_per_byte: float) -> dict[str, str]:

@@ -89,4 +89,4 @@ def prepare(setup: Setup, peaks, telemetry: TelemetrySampler | None, say, start_
         return EngineSource(engine, session=session, peaks=peaks, simulation=setup.simulation, pace=WallPace(clock),
                             workload=workload, start_paused=start_paused)
     return EngineSource(engine, session=session, peaks=peaks, telemetry=telemetry, workload=workload,
-                        start_paused=start_paused)
+                        start_paused=start_paused, live_roofs=True)

