@@ -8,6 +8,9 @@ suite goes on); with -o the JSON is rewritten after every section, so a run cut 
 - decode_kernel: the Triton decode attention per layer call, split-KV vs the serial kernel, at batch 1
   and 64 (gpu-8b dims, context 256, in a CUDA graph, torch.cuda events; bench/decode_kernel_timing.py),
   against issue 40's goals (<= 8 us and <= 30 us).
+- prefill_kernel: the Triton varlen paged prefill attention per layer call against torch SDPA (bf16,
+  4-D, flash / memory-efficient only), one 2048-token prompt and 8 chunks of 256 after 256 cached
+  (gpu-8b dims), with each one's fraction of the bf16 compute roof (bench/prefill_kernel_timing.py).
 - tests: pytest on tests/kernels/test_gpu.py, test_triton_decode.py (the interpreter tests, which skip
   where CUDA is present) and test_triton_offline_compile.py (passed / failed / skipped).
 - sweep: per model, decode step time at each batch size (CUDA graphs on, as the engine runs), and the
@@ -45,8 +48,8 @@ from batchtop.core_engine.run.resolve import resolve_config
 
 ROOT = Path(__file__).resolve().parent.parent
 ROOFLINE_BATCHES = (1, 8, 64, 256)
-SECTIONS = ("decode_kernel", "tests", "sweep", "roofline", "compare", "calibration", "vllm")
-TESTS = ("tests/kernels/test_gpu.py", "tests/kernels/test_triton_decode.py",
+SECTIONS = ("decode_kernel", "prefill_kernel", "tests", "sweep", "roofline", "compare", "calibration", "vllm")
+TESTS = ("tests/kernels/test_gpu.py", "tests/kernels/test_triton_decode.py", "tests/kernels/test_triton_prefill.py",
          "tests/kernels/test_triton_offline_compile.py")
 
 
@@ -74,6 +77,13 @@ def run_decode_kernel(device: str) -> dict:
         return {"skipped": "the Triton kernels are timed on CUDA only"}
     from decode_kernel_timing import decode_kernel_timing  # bench/
     return decode_kernel_timing()
+
+
+def run_prefill_kernel(device: str) -> dict:
+    if device != "cuda":
+        return {"skipped": "the Triton kernels are timed on CUDA only"}
+    from prefill_kernel_timing import prefill_kernel_timing  # bench/
+    return prefill_kernel_timing()
 
 
 def run_tests(timeout: int) -> dict:
@@ -183,6 +193,8 @@ def main() -> None:
     out = args.output
     if "decode_kernel" in chosen:
         section(report, "decode_kernel", lambda: run_decode_kernel(args.device), out)
+    if "prefill_kernel" in chosen:
+        section(report, "prefill_kernel", lambda: run_prefill_kernel(args.device), out)
     if "tests" in chosen:
         section(report, "tests", lambda: run_tests(240), out)
     sweeps: list[dict] = []

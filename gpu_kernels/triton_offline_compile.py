@@ -1,12 +1,14 @@
-"""Compile the split-KV decode kernels for an NVIDIA GPU on a machine without one, and report what
-ptxas made of them: registers, spills, shared memory, and whether the code runs on tensor cores.
+"""Compile the split-KV decode kernels (and the varlen prefill kernel) for an NVIDIA GPU on a machine
+without one, and report what ptxas made of them: registers, spills, shared memory, and whether the code
+runs on tensor cores.
 
     python -m batchtop.gpu_kernels.triton_offline_compile [--arch 90] [--batches 1,64] ...   # prints JSON
+    python -m batchtop.gpu_kernels.triton_offline_compile --kernels prefill   # one 2048-token prompt; 8 x 256 after 256
 
-The launches come from triton_decode.plan on meta tensors, so the signatures (dtypes, which integers
-are multiples of 16, the constexprs) are the ones a real call at those shapes specialises. Must run
-without TRITON_INTERPRET (the interpreter replaces the compiler). Prints {"error": ...} and exits 3
-where this Triton cannot compile offline (no NVIDIA backend, no ptxas).
+The launches come from triton_decode.plan / triton_prefill.plan on meta tensors, so the signatures
+(dtypes, which integers are multiples of 16 or equal 1, the constexprs) are the ones a real call at those
+shapes specialises. Must run without TRITON_INTERPRET (the interpreter replaces the compiler). Prints
+{"error": ...} and exits 3 where this Triton cannot compile offline (no NVIDIA backend, no ptxas).
 """
 
 from __future__ import annotations
@@ -44,6 +46,15 @@ def signature(kernel, args: tuple, constexprs: dict) -> tuple[dict, dict]:
     return sig, attrs
 
 
+def specialise_ones(sig: dict, constexprs: dict, kernel, args: tuple) -> tuple[dict, dict]:
+    """Triton's launcher makes an integer argument equal to 1 a constant; so does this compile."""
+    sig, constexprs = dict(sig), dict(constexprs)
+    for name, value in zip(kernel.arg_names, args):
+        if sig.get(name) in ("i32", "i64") and value == 1:
+            sig[name], constexprs[name] = "constexpr", 1
+    return sig, constexprs
+
+
 def ptxas_report(ptx: str, arch: int) -> dict:
     """ptxas -v on the PTX, with the ptxas Triton itself uses for this arch."""
     from triton.backends.nvidia import compiler as nvidia
@@ -77,13 +88,15 @@ def compile_plan(launches, arch: int) -> list[dict]:
     for launch in launches:
         kernel = jit(launch.kernel)
         sig, attrs = signature(kernel, launch.args, launch.constexprs)
-        compiled = triton.compile(ASTSource(kernel, sig, launch.constexprs, attrs), target=GPUTarget("cuda", arch, 32))
+        sig, constants = specialise_ones(sig, launch.constexprs, kernel, launch.args)
+        compiled = triton.compile(ASTSource(kernel, sig, constants, attrs), target=GPUTarget("cuda", arch, 32),
+                                  options=getattr(launch, "options", None))
         ptx = compiled.asm["ptx"]
         results.append({"kernel": launch.kernel.__name__, "grid": list(launch.grid),
                         "constexprs": {k: v for k, v in launch.constexprs.items()},
                         "num_warps": compiled.metadata.num_warps, "num_stages": compiled.metadata.num_stages,
                         "shared_bytes": compiled.metadata.shared,
-                        "mma": sorted(set(re.findall(r"\b(w?mma(?:\.\w+)+)", ptx))),
+                        "mma": sorted(set(re.findall(r"\b((?:wgmma\.mma_async|w?mma)(?:\.\w+)+)", ptx))),
                         **ptxas_report(ptx, arch)})
     return results
 
@@ -101,6 +114,23 @@ def decode_plan(batch: int, heads: int, kv_heads: int, head_dim: int, block_size
     return plan(q, cache, cache, tables, lens, head_dim ** -0.5, splits)[1]
 
 
+PREFILL_SHAPES = {"1x2048+0": ([2048], [0]), "8x256+256": ([256] * 8, [256] * 8)}  # rows, cached per chunk
+
+
+def prefill_plan(rows: list[int], contexts: list[int], heads: int, kv_heads: int, head_dim: int, block_size: int,
+                 dtype: torch.dtype):
+    """The prefill launch for chunks of these rows after these cached tokens; q a view of the fused qkv."""
+    from batchtop.gpu_kernels.triton_prefill import plan
+    meta = {"device": "meta"}
+    width = max(-(-(c + n) // block_size) for c, n in zip(contexts, rows))
+    q = torch.empty(sum(rows), heads + 2 * kv_heads, head_dim, dtype=dtype, **meta)[:, :heads]
+    cache = torch.empty(len(rows) * width + 1, block_size, kv_heads, head_dim, dtype=dtype, **meta)
+    tables = torch.empty(len(rows), width, dtype=torch.int32, **meta)
+    starts = torch.empty(len(rows) + 1, dtype=torch.int32, **meta)
+    context_starts = torch.empty(len(rows), dtype=torch.int32, **meta)
+    return [plan(q, cache, cache, tables, starts, context_starts, head_dim ** -0.5)[1]]
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--arch", type=int, default=90, help="compute capability x 10 [default: 90, an H100/H200]")
@@ -112,14 +142,23 @@ def main() -> None:
     ap.add_argument("--block-size", type=int, default=16)
     ap.add_argument("--context", type=int, default=8192, help="the table width, in tokens [default: 8192]")
     ap.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float16", "float32"])
+    ap.add_argument("--kernels", default="decode",
+                    help="comma-separated: decode (at --batches), prefill (at " + ", ".join(PREFILL_SHAPES) + ")")
     args = ap.parse_args()
+    kinds = [k.strip() for k in args.kernels.split(",") if k.strip()]
+    if not kinds or set(kinds) - {"decode", "prefill"}:
+        ap.error(f"--kernels: {args.kernels!r}: choose from decode, prefill")
     if os.environ.get("TRITON_INTERPRET") == "1":
         sys.exit("triton_offline_compile: unset TRITON_INTERPRET (the interpreter replaces the compiler)")
+    dtype = getattr(torch, args.dtype)
     try:
-        results = [{"batch": int(batch), **result} for batch in args.batches.split(",")
+        results = [{"batch": int(batch), **result} for batch in args.batches.split(",") if "decode" in kinds
                    for result in compile_plan(decode_plan(int(batch), args.heads, args.kv_heads, args.head_dim,
-                                                          args.block_size, args.context, getattr(torch, args.dtype),
-                                                          args.sms), args.arch)]
+                                                          args.block_size, args.context, dtype, args.sms), args.arch)]
+        results += [{"chunks": shape, **result} for shape, (rows, contexts) in PREFILL_SHAPES.items()
+                    if "prefill" in kinds
+                    for result in compile_plan(prefill_plan(rows, contexts, args.heads, args.kv_heads, args.head_dim,
+                                                            args.block_size, dtype), args.arch)]
     except (ImportError, AttributeError, TypeError, OSError, subprocess.CalledProcessError) as exc:
         detail = (exc.stderr or "").strip()[-500:] if isinstance(exc, subprocess.CalledProcessError) else ""
         print(json.dumps({"error": f"this Triton cannot compile for sm_{args.arch} offline: "

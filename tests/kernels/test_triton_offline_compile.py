@@ -43,3 +43,15 @@ def test_the_gpu_8b_decode_kernels_compile_for_sm90_on_tensor_cores_without_spil
     for batch in (1, 64):
         mma = by_shape[batch, "_split_kernel"]["mma"]
         assert any("bf16" in op for op in mma), f"no bf16 tensor-core instruction in the decode kernel: {mma}"
+
+
+def test_the_gpu_8b_prefill_kernel_compiles_for_sm90_on_tensor_cores_without_spills(tmp_path):
+    results = compile_offline(tmp_path, "--arch", "90", "--kernels", "prefill")  # 32 heads, 8 KV heads, hd 128
+    by_shape = {r["chunks"]: r for r in results}
+    assert set(by_shape) == {"1x2048+0", "8x256+256"} and {r["kernel"] for r in results} == {"_prefill_kernel"}
+    # 128 dot rows = 32 query rows x the 4 heads of a KV head: 2048 // 32 tiles + one spare per chunk
+    assert by_shape["1x2048+0"]["grid"] == [65, 8] and by_shape["8x256+256"]["grid"] == [72, 8]
+    for r in results:
+        assert 0 < r["registers"] <= 255, r
+        assert r["spill_stores"] == r["spill_loads"] == 0, r
+        assert any("bf16" in op for op in r["mma"]), f"no bf16 tensor-core instruction in prefill: {r['mma']}"
