@@ -8,6 +8,7 @@ check runs before any work starts, so a long run never ends on an unwritable pat
 
 from __future__ import annotations
 
+import errno
 import json
 import math
 import os
@@ -51,7 +52,8 @@ def check_writable(path: str | None, option: str = "--output") -> None:
     try:
         st = _target(path)
     except OSError as exc:
-        raise ConfigError(option, f"{path}: {exc.strerror or exc}") from None
+        why = "a symlink loop (it leads back to itself)" if exc.errno == errno.ELOOP else exc.strerror or exc
+        raise ConfigError(option, f"{path}: {why}") from None
     if st is None:
         if path.endswith(("/", os.sep)):  # a folder that does not exist: open() would fail after the run
             raise ConfigError(option, f"{path} names a directory (it ends in /) that does not exist: name a file")

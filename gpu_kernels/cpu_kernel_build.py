@@ -9,7 +9,13 @@ build never blocks, hangs or crashes the process that wants the kernels.
   torch's own `lock` file if one is left there (a killed build leaves it behind, and torch would sleep
   on it forever), then builds. Waiting for another live builder is bounded (LOCK_WAIT_S), and so is
   the build itself (BUILD_TIMEOUT_S): past either, the torch ops run and the reason is given.
-- The child runs at a low priority and prints ninja's `[k/n]` lines, which the parent reads as progress.
+- The child prints ninja's `[k/n]` lines, which the parent reads as progress.
+- The build ends with its parent. The child starts a session of its own, and everything the build
+  runs stays in it (ninja puts each compile in a process group of its own, so a group kill would miss
+  the compilers, and a SIGKILLed ninja leaves them running). Stopping a build ends the whole session;
+  and the child watches its parent, so when the parent is gone however it went (SIGTERM, SIGINT,
+  os._exit, SIGKILL) the child ends its session at once: no compiler runs on, reparented to PID 1,
+  holding the lock the next run would wait behind.
 - A finished build leaves `built.ok` beside the library: its presence is what "built" means.
 
 Run as a module it builds (or finds) the library and prints where: `python -m batchtop.gpu_kernels.cpu_kernel_build`.
@@ -29,6 +35,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from batchtop.gpu_kernels.build_session import end_session, end_with_parent
+
 CSRC = Path(__file__).with_name("csrc")
 # the longest compiles first: ninja starts them in this order, so no long one is left to run alone at the end
 SOURCES = [CSRC / name for name in ("register_ops_cpu.cpp", "paged_attention_cpu.cpp", "decoder_layer_cpu.cpp",
@@ -40,6 +48,7 @@ LOCK_WAIT_S = 300.0  # the longest a builder waits for another live builder of t
 BUILD_TIMEOUT_S = 900.0  # a compile that takes longer is stuck: stop it and run the torch ops
 MARKER = "built.ok"
 EXIT_LOCK_TIMEOUT = 3
+PARENT_ENV = "BATCHTOP_BUILD_PARENT"  # the pid the child builds for; it stops when that process is gone
 PROGRESS = re.compile(r"^\[(\d+)/(\d+)\]")
 
 
@@ -175,10 +184,11 @@ class ChildBuild:
         return self.state
 
     def stop(self) -> None:
-        """Stop a build still running (the process is exiting): the lock dies with the child."""
+        """Stop a build still running (the process is exiting), with everything it started: the lock
+        dies with the child."""
         proc = self._proc
-        if proc is not None and proc.poll() is None:
-            proc.kill()
+        if proc is not None and proc.poll() is None:  # once reaped, its pid (the session's id) may be reused
+            end_session(proc.pid)
 
     def _set(self, phase: str, **fields) -> None:
         fields.setdefault("done", self.state.done)
@@ -200,8 +210,9 @@ class ChildBuild:
         # At normal priority: at nice 10 beside an engine whose threads keep both cores busy, the build
         # got a tenth of a core and was still going after minutes, the engine on the slow ops all along.
         self._proc = proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                                             errors="replace")
-        timer = threading.Timer(self.timeout_s, proc.kill)
+                                             errors="replace", start_new_session=True,
+                                             env={**os.environ, PARENT_ENV: str(os.getpid())})
+        timer = threading.Timer(self.timeout_s, self.stop)
         timer.daemon = True
         timer.start()
         tail: list[str] = []
@@ -212,6 +223,7 @@ class ChildBuild:
                 if match:
                     self._set("building", done=int(match[1]), total=int(match[2]))
             code = proc.wait()
+            end_session(proc.pid)  # a child that died leaves no compile behind (they keep its id taken)
         finally:
             timer.cancel()
         if code == 0 and is_built(self.directory):
@@ -228,6 +240,8 @@ class ChildBuild:
 
 def main(argv: list[str]) -> int:
     """The child: build into argv[0] (default: this checkout's directory), waiting up to argv[1] s."""
+    if os.environ.get(PARENT_ENV, "").isdigit():
+        end_with_parent(int(os.environ[PARENT_ENV]))
     target = Path(argv[0]) if argv else build_dir()
     code = build_here(target, float(argv[1]) if len(argv) > 1 else LOCK_WAIT_S)
     if code == 0:

@@ -18,7 +18,7 @@ from batchtop.core_engine.engine import control
 from batchtop.core_engine.config import MODES
 from batchtop.core_engine.config import MAX_NUM_SEQS_LIMIT
 from batchtop.core_engine.errors import WorkloadError
-from batchtop.core_engine.text_files import NotText, parse_json, read_text_file
+from batchtop.core_engine.text_files import NotText, input_problem, parse_json, read_text_file
 from batchtop.core_engine.workload.raw import MAX_ARRIVAL_S
 
 ACTION_KEYS = {"at", "mode", "max_num_seqs", "burst", "caption", "quit"}
@@ -48,10 +48,9 @@ def load_script(path: str, bundled_dir: Path | None = None) -> list[ScriptAction
     p = Path(path)
     if not p.exists() and bundled_dir is not None and (bundled_dir / f"{path}.json").is_file():
         p = bundled_dir / f"{path}.json"
-    if not p.exists():
-        raise WorkloadError(path, "no such script file")
-    if p.is_dir():  # anything else is read once as a stream (a FIFO, <(...))
-        raise WorkloadError(path, "is a directory, not a script")
+    problem = input_problem(p, "script file")  # anything else is read once as a stream (a FIFO, <(...))
+    if problem is not None:
+        raise WorkloadError(path, problem)
     try:
         text = read_text_file(p)
     except NotText as exc:

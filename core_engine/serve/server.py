@@ -170,10 +170,14 @@ class Server:
         self._drain_task = asyncio.get_running_loop().create_task(self._drain())
 
     async def _drain(self) -> None:
-        for listener in self._uvicorn.servers:
-            listener.close()  # stop accepting connections at once
-        await self.hub.drain(self.grace_s)
-        self._uvicorn.should_exit = True
+        try:
+            # stop accepting connections at once; a signal while uvicorn starts comes before it has any
+            # listener (reading .servers then raised, and the server never stopped)
+            for listener in getattr(self._uvicorn, "servers", ()):
+                listener.close()
+            await self.hub.drain(self.grace_s)
+        finally:
+            self._uvicorn.should_exit = True
 
     def join(self, timeout_s: float = 30.0) -> None:
         if self._thread is not None:

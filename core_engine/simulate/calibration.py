@@ -30,7 +30,7 @@ from batchtop.core_engine.model.cost import StepCost
 from batchtop.core_engine.errors import ConfigError
 from batchtop.core_engine.perf import roofline
 from batchtop.core_engine.perf.device_peaks import DevicePeaks
-from batchtop.core_engine.text_files import NotText, parse_json, read_text_file
+from batchtop.core_engine.text_files import NotText, input_problem, parse_json, read_text_file
 
 CALIBRATION_SCHEMA = "batchtop.calibration/1"
 CONSTANTS = ("compute_efficiency", "memory_efficiency", "attention_efficiency", "step_overhead_s")
@@ -41,6 +41,7 @@ ADDED = "attention_efficiency"  # absent from the files written before it: read 
 # is above 0 and at most an hour: 1e308 overflows the simulated clock.
 EFFICIENCY_RANGE = (0.01, 100.0)
 MAX_OVERHEAD_S = 3600.0
+MAX_CALIBRATION_BYTES = 1 << 20  # `calibrate` writes about 2 KB; past this the file is not one
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,12 +102,11 @@ def load_calibration(path: str) -> Calibration:
         return ConfigError("calibration", f"{path}: {message}")
 
     p = Path(path)
-    if not p.exists():
-        raise bad("no such file")
-    if p.is_dir():  # anything else is read once as a stream (a FIFO, <(...))
-        raise bad("is a directory, not a calibration file")
+    problem = input_problem(p, "calibration file")  # anything else is read once as a stream (a FIFO, <(...))
+    if problem is not None:
+        raise bad(problem)
     try:
-        data = parse_json(read_text_file(p))
+        data = parse_json(read_text_file(p, MAX_CALIBRATION_BYTES, "a calibration file"))
     except NotText as exc:
         raise bad(exc.message + (f" at line {exc.line}" if exc.line is not None else "")) from None
     if not isinstance(data, dict):

@@ -1,12 +1,13 @@
 """A runner with the ModelRunner's interface that runs no model: each step advances a virtual clock
-by its modelled time and hands every sequence that completes a step a synthetic token."""
+by its modelled time and hands every sequence that completes a step a synthetic token, never an EOS
+one, so every request's length follows its max_tokens on every model."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from batchtop.core_engine.config import EngineConfig
+from batchtop.core_engine.config import EngineConfig, ModelConfig
 from batchtop.core_engine.engine.engine import plan_chunks
 from batchtop.core_engine.sched.request import Sequence
 from batchtop.core_engine.sched import SchedulerOutput
@@ -16,7 +17,14 @@ from batchtop.core_engine.model.cost import step_cost
 from batchtop.core_engine.simulate.calibration import Calibration
 from batchtop.core_engine.simulate.clock import VirtualClock
 
-SYNTHETIC_TOKEN = 0  # no model, no text: lengths follow max_tokens (EOS is ignored, as in every workload)
+
+def synthetic_token(model: ModelConfig) -> int:
+    """The token every simulated step hands out: the lowest id that is not one of the model's EOS ids.
+    No model runs, so no answer ends on its own: a real model's requests run to max_tokens, as a
+    preset's do (token 0 is SmolLM2's EOS: handed out, it ended every request after one token)."""
+    eos = set(model.eos_token_ids)
+    return next((t for t in range(model.vocab_size) if t not in eos), 0)
+
 
 StepTimer = Callable[[StepCost], tuple[float, float]]  # a step's work -> (host seconds, device seconds)
 
@@ -55,6 +63,7 @@ class SimulatedRunner:
         self.clock = clock
         self.timer = timer
         self.sampler = NullSampler()
+        self.token = synthetic_token(config.model)
 
     def prepare(self, plan: SchedulerOutput) -> SimulatedStep:
         """The host part of the step: its modelled overhead passes here, as input building would."""
@@ -68,4 +77,4 @@ class SimulatedRunner:
 
     def run(self, batch: SimulatedStep) -> list[tuple[Sequence, int]]:
         self.clock.advance(batch.device_s)
-        return [(seq, SYNTHETIC_TOKEN) for seq in batch.sampled]
+        return [(seq, self.token) for seq in batch.sampled]

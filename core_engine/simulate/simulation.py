@@ -36,6 +36,13 @@ class Simulation:
                 "peaks_source": self.peaks.source, "peaks": self.peaks.as_dict(),
                 "calibration": self.calibration.as_dict()}
 
+    def lengths_note(self, config: EngineConfig) -> str | None:
+        """What a start-up note says when the model has an EOS that a what-if run never produces."""
+        if not config.model.eos_token_ids:
+            return None  # a random-weight preset: lengths follow max_tokens on a real run too
+        return (f"{config.model.name}'s EOS is not simulated (no model runs, so no answer ends on its own): "
+                f"every request runs to its max_tokens")
+
     def mismatch(self) -> str | None:
         """A warning when the calibration was fitted on another device or model than this run's."""
         fitted = self.calibration.fitted_on.get("device")

@@ -23,13 +23,14 @@ from batchtop.core_engine.errors import BadInput
 from batchtop.core_engine.engine.snapshot import StepSnapshot
 from batchtop.core_engine.perf.metrics import finite
 from batchtop.core_engine.engine.detokenizer import TextDelta
-from batchtop.core_engine.text_files import NotText, decode_utf8, parse_json
+from batchtop.core_engine.text_files import NotText, decode_utf8, input_problem, parse_json
 from batchtop.core_engine.trace.codec import SnapshotDecoder, SnapshotEncoder
 from batchtop.core_engine.trace.writer import TRACE_FORMAT, TRACE_VERSION, TraceWriter
 from batchtop.core_engine.trace.schema import (ENGINE_SOURCE, SOURCES, event_problem, framing_problem,
                                                       header_problem)
 
 GZIP_MAGIC = b"\x1f\x8b"
+MAX_LINE_BYTES = 64 << 20  # one event: a step is a few KB, a "text" event with whole prompts more
 
 
 class TraceError(BadInput):
@@ -152,17 +153,25 @@ def _chunks(path: Path) -> Iterator[bytes]:
 
 
 def _lines(path: Path) -> Iterator[tuple[int, bytes, bool]]:
-    """(line number, raw bytes, complete) — complete is False for a final line without its newline."""
-    buffer = b""
-    lineno = 0
+    """(line number, raw bytes, complete) — complete is False for a final line without its newline.
+    A line is held whole until it ends, so one longer than MAX_LINE_BYTES (a FIFO that never sends a
+    newline, a gzip bomb) is refused once it passes that, not read until the memory runs out."""
+    pending: list[bytes] = []  # the pieces of a line not ended yet
+    held = lineno = 0
     for chunk in _chunks(path):
-        buffer += chunk
-        *complete, buffer = buffer.split(b"\n")
-        for raw in complete:
+        *ended, rest = chunk.split(b"\n")
+        for raw in ended:
             lineno += 1
-            yield lineno, raw, True
-    if buffer:
-        yield lineno + 1, buffer, False
+            yield lineno, b"".join([*pending, raw]) if pending else raw, True
+            pending, held = [], 0
+        if rest:
+            pending.append(rest)
+            held += len(rest)
+            if held > MAX_LINE_BYTES:
+                raise TraceError(f"{path}:{lineno + 1}: a line longer than {MAX_LINE_BYTES >> 20} MiB, the "
+                                 "most batchtop reads as one trace event")
+    if pending:
+        yield lineno + 1, b"".join(pending), False
 
 
 def _parse(raw: bytes) -> dict:
@@ -194,10 +203,9 @@ def _check_header(path: str, lineno: int, event: dict) -> None:
 
 def read_trace(path: str) -> Trace:
     p = Path(path)
-    if not p.exists():
-        raise TraceError(f"{path}: no such trace file")
-    if p.is_dir():  # anything else is read as a stream, once: a FIFO or <(ssh host cat run.jsonl.gz) works too
-        raise TraceError(f"{path}: is a directory, not a trace")
+    problem = input_problem(p, "trace file")  # anything else is read as a stream, once: a FIFO or
+    if problem is not None:  # <(ssh host cat run.jsonl.gz) works too
+        raise TraceError(f"{path}: {problem}")
     header: dict | None = None
     schemas: dict | None = None
     trace = Trace(path, {}, [])

@@ -9,11 +9,13 @@ how its lines were derived.
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
 
 from batchtop.core_engine.sched.request import SamplingParams
-from batchtop.core_engine.errors import BadInput, WorkloadError
+from batchtop.core_engine.errors import WorkloadError
 from batchtop.core_engine.model.tokenizer import Tokenizer
 from batchtop.core_engine.text_files import NotText, parse_json
+from batchtop.core_engine.workload.prompt_tokens import chat_tokens, text_tokens
 from batchtop.core_engine.workload.raw import MAX_ARRIVAL_S, RawRequest, Warn
 
 JSONL_FIELDS = {"id", "prompt", "messages", "prompt_len", "prompt_token_ids", "max_tokens", "arrival_s",
@@ -29,7 +31,7 @@ def read_jsonl(path: str, text: str, vocab_size: int, tokenizer: Tokenizer | Non
     out: list[RawRequest] = []
     seen: set[str] = set()
     unknown: dict[str, int] = {}  # field -> first line it appeared on
-    for lineno, line in enumerate(text.split("\n"), 1):
+    for lineno, line in enumerate(_lines(text), 1):
         if not line.strip() or line.lstrip().startswith("#"):
             continue
         try:
@@ -71,7 +73,7 @@ def parse_request(obj: object, lineno: int, vocab_size: int, error,
             raise error(f"prompt must be a non-empty string, got {obj['prompt']!r}")
         if tokenizer is None:
             raise error(NO_TOKENIZER)
-        obj = {**obj, "prompt_token_ids": tokenizer.encode(obj["prompt"])}
+        obj = {**obj, "prompt_token_ids": text_tokens(tokenizer, obj["prompt"], "prompt", error)}
     if "prompt_token_ids" in obj:
         ids = obj["prompt_token_ids"]
         if not isinstance(ids, list) or not all(isinstance(t, int) and not isinstance(t, bool) for t in ids):
@@ -124,10 +126,17 @@ def chat_prompt(messages: object, error, tokenizer: Tokenizer | None) -> list[in
     if tokenizer.chat_template is None:
         raise error("messages need the model's chat template, and this model has none: give a raw "
                     "\"prompt\" (text completed as it is) instead")
-    try:
-        return tokenizer.encode_chat([{"role": m["role"], "content": m["content"]} for m in messages])
-    except BadInput as exc:
-        raise error(f"messages: {exc}") from None
+    return chat_tokens(tokenizer, [{"role": m["role"], "content": m["content"]} for m in messages], "messages", error)
+
+
+def _lines(text: str) -> Iterator[str]:
+    """The text's lines one at a time (a list of them all would double a large file's memory)."""
+    start = 0
+    while start <= len(text):
+        end = text.find("\n", start)
+        end = len(text) if end < 0 else end
+        yield text[start:end]
+        start = end + 1
 
 
 def _show(value: object) -> str:

@@ -10,9 +10,10 @@ assistant turn opened), as a chat server would render it; without one it is raw 
 
 from __future__ import annotations
 
-from batchtop.core_engine.errors import BadInput, WorkloadError
+from batchtop.core_engine.errors import WorkloadError
 from batchtop.core_engine.model.tokenizer import Tokenizer
 from batchtop.core_engine.text_files import NotText, parse_json
+from batchtop.core_engine.workload.prompt_tokens import chat_tokens, check_text, text_tokens
 
 HUMAN = ("human", "user")
 ANSWER = ("gpt", "assistant", "chatgpt")
@@ -59,13 +60,11 @@ def read_sharegpt(path: str, text: str, tokenizer: Tokenizer | None,
         if exchange is None:
             continue
         if tokenizer.chat_template is not None:
-            try:
-                prompt_ids = tokenizer.encode_chat([{"role": "user", "content": exchange[0]}])
-            except BadInput as exc:
-                raise error(str(exc)) from None
+            check_text(exchange[0], "the human turn", error)
+            prompt_ids = chat_tokens(tokenizer, [{"role": "user", "content": exchange[0]}], "the human turn", error)
         else:
-            prompt_ids = tokenizer.encode(exchange[0])
-        max_tokens = len(tokenizer.encode(exchange[1], add_special_tokens=False))
+            prompt_ids = text_tokens(tokenizer, exchange[0], "the human turn", error)
+        max_tokens = len(text_tokens(tokenizer, exchange[1], "the answer", error, add_special_tokens=False))
         if exchange[0] and max_tokens:
             out.append((f"sg{i}", tuple(prompt_ids), max_tokens))
     if not out:

@@ -5,8 +5,11 @@ sources that compile for a CPU without AVX-512 as well as for this one."""
 from __future__ import annotations
 
 import fcntl
+import os
 import shutil
+import signal
 import subprocess
+import sys
 import sysconfig
 import time
 
@@ -17,6 +20,7 @@ from torch.utils import cpp_extension
 from batchtop.core_engine.device import cpu_flags
 from batchtop.core_engine.engine.engine import Engine
 from batchtop.gpu_kernels import cpu_kernel_build as build
+from batchtop.gpu_kernels.build_session import end_session
 from batchtop.gpu_kernels import cpu_kernels
 from tests.conftest import make_requests, tiny_config
 
@@ -144,3 +148,97 @@ def test_every_kernel_source_compiles_for_the_cpus_this_one_is_not():
         errors = {name: proc.communicate(timeout=300)[1] for name, proc in procs.items()}
         failed |= {(march, name): errors[name][:2000] for name, proc in procs.items() if proc.returncode != 0}
     assert not failed, failed
+
+
+# -- issue 41, finding 13: a build ends with its parent ----------------------------------------------------
+
+FAKE_COMPILER = """#!/bin/sh
+# a compiler whose every compile takes a minute: the real one answers torch's version checks
+for arg in "$@"; do
+  if [ "$arg" = "-c" ]; then echo $$ >> "{pids}"; exec sleep 60; fi
+done
+exec c++ "$@"
+"""
+
+PARENT = """
+import sys, time
+from pathlib import Path
+from batchtop.gpu_kernels.cpu_kernel_build import ChildBuild
+build = ChildBuild(Path(sys.argv[1])).start()
+while build._proc is None:
+    time.sleep(0.01)
+print(build._proc.pid, flush=True)
+build.wait()
+"""
+
+
+def alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return f.read().rsplit(b")", 1)[1].split()[0] != b"Z"
+    except (OSError, IndexError):
+        return False
+
+
+def wait_until(condition, seconds: float) -> bool:
+    deadline = time.monotonic() + seconds
+    while not condition():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
+    return True
+
+
+def kill_all(pids) -> None:
+    for pid in pids:
+        if alive(pid):
+            os.kill(pid, signal.SIGKILL)
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc") or shutil.which("c++") is None, reason="needs /proc and a compiler")
+def test_a_build_whose_parent_is_killed_stops_with_every_compile_and_frees_its_lock(tmp_path):
+    """The report's case: SIGTERM to batchtop mid-build left python, ninja and the compilers running,
+    reparented to PID 1, and the next run waited behind their lock. Here the parent dies of SIGTERM
+    without a handler (no cleanup of its own can run) while ninja runs compiles that take a minute."""
+    pids = tmp_path / "compiles"
+    compiler = tmp_path / "slow-g++"  # the name tells torch it is a g++
+    compiler.write_text(FAKE_COMPILER.format(pids=pids))
+    compiler.chmod(0o755)
+    directory = tmp_path / "kernels"
+    env = {**os.environ, "CXX": str(compiler), "MAX_JOBS": "2", "OMP_NUM_THREADS": "1"}
+    parent = subprocess.Popen([sys.executable, "-c", PARENT, str(directory)], stdout=subprocess.PIPE, text=True,
+                              env=env)
+    child = int(parent.stdout.readline())
+    started: list[int] = []
+    try:
+        assert wait_until(lambda: pids.exists() and pids.read_text().count("\n") >= 1, 90), "no compile started"
+        parent.send_signal(signal.SIGTERM)
+        parent.wait(timeout=10)
+        started = [int(p) for p in pids.read_text().split()]
+        assert wait_until(lambda: not any(alive(p) for p in [child, *started]), 5), \
+            f"still running: {[p for p in [child, *started] if alive(p)]}"
+        with open(directory / "batchtop.lock", "a+") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)  # the next run builds at once, waits for nobody
+    finally:
+        parent.kill()
+        kill_all([child, *started])
+
+
+def test_stopping_a_build_ends_processes_in_process_groups_of_their_own(tmp_path):
+    """ninja runs each compile in a process group of its own: a group kill (or a killed ninja) left
+    them running. Stopping ends the build's whole session."""
+    script = ("import subprocess, sys, time\n"
+              "grandchild = subprocess.Popen(['sleep', '60'], process_group=0)\n"
+              "print(grandchild.pid, flush=True)\n"
+              "time.sleep(60)\n")
+    child = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True,
+                             start_new_session=True)
+    grandchild = int(child.stdout.readline())
+    try:
+        assert os.getpgid(grandchild) != os.getpgid(child.pid)
+        started = time.monotonic()
+        end_session(child.pid)
+        child.wait(timeout=5)
+        assert wait_until(lambda: not alive(grandchild), 2) and time.monotonic() - started < 3
+    finally:
+        kill_all([child.pid, grandchild])

@@ -177,5 +177,5 @@ def test_a_bad_calibration_file_is_refused_naming_the_file_and_the_constant(tmp_
 
 
 def test_a_missing_calibration_file_is_refused(tmp_path):
-    with pytest.raises(ConfigError, match="no such file"):
+    with pytest.raises(ConfigError, match="no such calibration file"):
         load_calibration(str(tmp_path / "nope.json"))

@@ -81,11 +81,18 @@ def _headless(session: Session, model: ServedModel, metrics: VllmMetrics, sock: 
     server = Server(create_app(model, hub, metrics, api_key=serve.api_key), hub, sock, grace_s=serve.shutdown_grace)
     loop.on_exit = server.shutdown  # the engine died (or a script quit): answer what is in flight, then stop
     status = StatusLog(session.engine, hub, note)
-    loop.start()
-    status.start()
-    note(f"serving {model.name} on {server.url} (/v1/completions, /v1/chat/completions, /v1/models, /health, "
-         f"/metrics); Ctrl-C stops")
-    server.run()
+    # From the moment it says it serves, Ctrl-C and SIGTERM are the server's (a clean shutdown): with
+    # the CLI's handlers still in, a Ctrl-C before uvicorn took the signals exited 130 mid-start
+    previous = {sig: signal.signal(sig, server.on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        loop.start()
+        status.start()
+        note(f"serving {model.name} on {server.url} (/v1/completions, /v1/chat/completions, /v1/models, /health, "
+             f"/metrics); Ctrl-C stops")
+        server.run()
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
     status.stop()
     loop.stop()
     if session.recorder is not None:
