@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 from batchtop.core_engine.attach.aggregate import Imbalance, aggregate, imbalances, merge_deltas
 from batchtop.core_engine.attach.history import HistoryPoint, history_point
+from batchtop.core_engine.attach.left_out import LeftOut
 from batchtop.core_engine.attach.roofline_point import ModelEstimate
 from batchtop.core_engine.attach.scrape import ScrapeResult
 from batchtop.core_engine.attach.stats import ReplicaStats, build_stats
@@ -52,19 +53,21 @@ class Monitor:
         self.t = 0.0
         self._history: deque[HistoryPoint] = deque(maxlen=HISTORY)
         self.tracker = VerdictTracker()
+        self.left_out = LeftOut()  # implausible scrapes: out of the verdict, which says so
         self.verdict: Verdict | None = None
 
     def feed(self, results: list[ScrapeResult], t: float) -> AttachFrame:
+        self.tick += 1
         for window, result in zip(self.windows, results):
             window.add(result)
-        self.tick += 1
+            self.left_out.saw(self.tick, t, window.url, window.status, window.reason)
         self.t = t
         frame = self.frame()
         intervals = [w.interval() for w in self.windows]
         main_interval = intervals[0] if len(intervals) == 1 else merge_deltas([d for d in intervals if d is not None])
         self._history.append(history_point(t, frame.main, main_interval))
         history = tuple(self._history)
-        self.verdict = self.tracker.update(history)
+        self.verdict = self.left_out.applied(self.tracker.update(history), self.tick, t)
         return dataclasses.replace(frame, history=history, verdict=self.verdict)
 
     def frame(self) -> AttachFrame:

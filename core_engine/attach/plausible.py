@@ -6,6 +6,10 @@ series can hide inside a positive sum; sample.py), and each parsed sample as it 
 window (window.py), which is also where a replay meets samples recorded before these checks existed.
 A counter that goes backwards is a restart only when the process could have restarted: a server that
 exposes `process_start_time_seconds` and keeps it while a counter drops is lying, not restarting.
+
+Requests are counted one by one: a running or waiting count that is not a whole number, or above what
+any server holds, is implausible. Such a sample is BAD too, with a reason that starts "implausible",
+and the verdict says it left the scrape out (monitor.py).
 """
 
 from __future__ import annotations
@@ -16,6 +20,11 @@ from batchtop.core_engine.attach.sample import KV_SLACK, ReplicaSample
 GAUGES = ("running", "waiting", "kv_usage", "kv_capacity_tokens")
 GROUPS = ("waiting_by_reason", "counters", "success")
 SIZES = ("num_gpu_blocks", "block_size", "max_num_seqs", "token_budget")
+IMPLAUSIBLE = "implausible"
+# far above any real server: vLLM's largest --max-num-seqs in use is a few thousand (a data-parallel
+# exposition sums its engines); a queue of a billion requests would not fit in a host's memory
+MOST_RUNNING, MOST_WAITING = 1 << 20, 1 << 30
+WHOLE = 1e-6  # float noise around a whole number
 
 
 def histogram_problem(h: Histogram) -> str | None:
@@ -28,6 +37,25 @@ def histogram_problem(h: Histogram) -> str | None:
         return "negative observations"
     if any(b < a for a, b in zip(h.counts, h.counts[1:])):
         return "bucket counts not cumulative (one is below the bucket before it)"
+    return None
+
+
+def _count_problem(name: str, value: float, most: int) -> str | None:
+    if abs(value - round(value)) > WHOLE:
+        return f"{IMPLAUSIBLE} {name} {value:g}: requests are counted in whole numbers"
+    if value > most:
+        return f"{IMPLAUSIBLE} {name} {value:g}: no server holds more than {most} requests"
+    return None
+
+
+def count_problem(s: ReplicaSample) -> str | None:
+    """Running and waiting counts no server can report (checked after the negatives)."""
+    counts = [("running", s.running, MOST_RUNNING), ("waiting", s.waiting, MOST_WAITING)]
+    counts += [(f"waiting ({reason})", v, MOST_WAITING) for reason, v in sorted(s.waiting_by_reason.items())]
+    for name, value, most in counts:
+        problem = None if value is None else _count_problem(name, value, most)
+        if problem is not None:
+            return problem
     return None
 
 
@@ -51,7 +79,7 @@ def sample_problem(s: ReplicaSample) -> str | None:
         problem = histogram_problem(h)
         if problem is not None:
             return f"{key} histogram: {problem}"
-    return None
+    return count_problem(s)
 
 
 def first_backwards(before: ReplicaSample, after: ReplicaSample) -> str | None:

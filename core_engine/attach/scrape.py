@@ -27,6 +27,7 @@ import time
 from dataclasses import dataclass
 from urllib.parse import urlsplit, urlunsplit
 
+from batchtop.core_engine.attach.answer import MAX_BYTES, decoded_body, redirected
 from batchtop.core_engine.attach.flavours import LLAMACPP
 from batchtop.core_engine.attach.llamacpp_slots import DISABLED_NOTE, parse_slots, slots_url
 from batchtop.core_engine.attach.sample import BadExposition, ReplicaSample, parse_exposition
@@ -34,7 +35,6 @@ from batchtop.core_engine.attach.trtllm import TrtllmCounters, looks_like_json
 from batchtop.core_engine.errors import ConfigError
 
 LIVE, DOWN, STALE, BAD = "LIVE", "DOWN", "STALE", "BAD"
-MAX_BYTES = 16 << 20  # a /metrics page far past any real one is not read whole
 
 
 def metrics_url(url: str) -> str:
@@ -164,7 +164,9 @@ class Scraper:
             self.close()  # the next scrape opens a fresh connection rather than reuse a half-read one
         if time.monotonic() > deadline:  # an HTTPS drip: each read was quick, the whole was not
             raise _Timeout
-        return response.status, response.reason, body
+        if 300 <= response.status < 400:
+            raise BadExposition(redirected(self.url, response.status, response.getheader("Location")))
+        return response.status, response.reason, decoded_body(body, response.getheader("Content-Encoding"))
 
     def scrape(self) -> ScrapeResult:
         t0 = self._clock()

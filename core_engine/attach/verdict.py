@@ -5,7 +5,8 @@ last seconds: the answer to "throughput is low and the GPU is not full: where do
   kv        the KV pool is near full while requests wait, or the server preempts
   budget    the steps' tokens pile in their top bucket (at the token budget) while prompts wait
   client    nothing waits and running stays below the ceiling: the load is too low, or it comes in
-            batches that drain before the next arrives (static batching by accident)
+            batches that drain before the next arrives (static batching by accident; bursts.py), a
+            batch that fills every slot included
   deferred  the waiting requests are deferred by the scheduler (vLLM's own reason), not short of room
   idle      nothing runs, nothing waits, no token moves
   unclear   requests wait, but no limit shows in the signals (or the batch is full and nothing waits yet)
@@ -32,7 +33,6 @@ KV_FULL = 0.90
 AT_CEILING = 0.6
 TOP_BUCKET = 0.5  # half the steps or more in the top bucket
 MIN_STEPS = 5
-BARRIER_PEAK, BARRIER_REFILLS = 4, 2
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,6 +101,8 @@ def classify(s: Span | None, p: Pattern | None = None) -> str:
         return "slots"
     if s.waiting_share <= QUIET and not _at_ceiling(s):
         return "client"
+    if p is not None and p.barrier is not None and (s.waiting_share < WAITS or s.waiting_max <= p.barrier.size):
+        return "client"  # a batch that fills the slots, or waits for steps to admit it: still batches
     return "unclear"
 
 
@@ -199,16 +201,16 @@ def explain(kind: str, s: Span | None, p: Pattern | None = None) -> Verdict:
 
 def _client(s: Span, p: Pattern | None, ev: dict[str, object]) -> Verdict:
     of = f" of {s.ceiling} slots" if s.ceiling else ""
-    bursts = p.burst_share if p is not None else None
-    ev["completions_in_busiest_quarter"] = bursts
-    if p is not None and p.peak >= BARRIER_PEAK and p.refills >= BARRIER_REFILLS:
-        ev.update(pattern="barrier", refills=p.refills, peak=p.peak, trough=p.trough)
-        finish = f", {100 * bursts:.0f}% of the completions in a quarter of the scrapes" if bursts is not None else ""
-        return Verdict("client", f"client (batches): nothing waits; running drains to {p.trough:.0f} and refills "
-                                 f"to {p.peak:.0f}{of} ({p.refills} refills in {p.seconds:.0f} s{finish}): the "
-                                 "requests arrive in batches",
-                       "try: send requests in flight, a new one as each finishes, instead of in batches: each "
-                       "batch waits for its slowest request (static batching by accident)", ev)
+    ev["completions_in_busiest_quarter"] = p.burst_share if p is not None else None
+    if p is not None and p.barrier is not None:
+        b = p.barrier
+        ev.update(pattern="barrier", peak=p.peak, **b.as_dict())
+        every = f", one every {b.period_s:.{0 if b.period_s >= 10 else 1}f} s"
+        return Verdict("client", f"client (batches): {b.bursts} bursts of ~{b.size:.0f}{of} that "
+                                 f"drain before the next (to {b.drained_to:.0f} running{every}): the client waits "
+                                 "for each batch",
+                       "try: send requests as they come, a new one as each finishes (examples/in_flight_client.py), "
+                       "not in batches: each batch waits for its slowest request (static batching by accident)", ev)
     finished = ev.get("finished_per_s")
     rate = f", {finished:.2f} requests/s finish" if isinstance(finished, float) else ""
     peak = p.peak if p is not None else s.running_max

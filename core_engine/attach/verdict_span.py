@@ -1,6 +1,6 @@
 """The main server's recent ticks summed up for the verdict: how often running sat at its ceiling and
 requests waited (and why), how full the KV pool was, where the steps' tokens piled up, the preemptions
-and finished requests, and the drain-and-refill cycles of a client that sends its requests in batches.
+and finished requests, and how the requests arrive (bursts.py reads a client that sends batches).
 
 Every number is a share or a mean over several scrapes, never one scrape's reading, so a single noisy
 scrape moves it by a scrape's worth and no more (the tracker then asks several ticks to agree).
@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from batchtop.core_engine.attach.bursts import BarrierReading
 from batchtop.core_engine.attach.histogram import Histogram, merge_all
 from batchtop.core_engine.attach.history import HistoryPoint
 
@@ -19,7 +20,6 @@ PATTERN_S = 60.0  # the arrival pattern: the last minute, or at least the last 2
 PATTERN_POINTS = 20
 PLATEAU_SHARE = 0.6  # an inferred ceiling: running held at its peak in 60% of the scrapes that waited
 PLATEAU_MIN = 3
-DRAINED, REFILL = 0.25, 2 / 3  # a batch client: running drains to a quarter of its peak, refills to two thirds
 
 
 def _empty(p: HistoryPoint) -> bool:
@@ -140,15 +140,15 @@ def share_at_budget(h: Histogram, budget: int) -> float | None:
 
 @dataclass(frozen=True, slots=True)
 class Pattern:
-    """Running over the last minute: its peak, its lowest point, and how often it refilled from near
-    empty to near full within two scrapes (a client that waits for a whole batch before the next)."""
+    """How the requests arrive: running's peak and lowest point over the last minute, how bunched the
+    completions are, and the barrier reading (bursts.py) when the client sends them in batches."""
 
     seconds: float
     peak: float
     trough: float
-    refills: int
     burst_share: float | None = None  # share of the completions (request_success_total) in the busiest
     # quarter of the scrapes: near 1 when whole batches finish together, near 0.25 for a steady stream
+    barrier: BarrierReading | None = None
 
 
 def burst_share(points: list[HistoryPoint]) -> float | None:
@@ -159,16 +159,8 @@ def burst_share(points: list[HistoryPoint]) -> float | None:
     return sum(finished[:max(1, len(finished) // 4)]) / total
 
 
-def pattern(points: list[HistoryPoint]) -> Pattern | None:
+def pattern(points: list[HistoryPoint], barrier: BarrierReading | None = None) -> Pattern | None:
     running = [p.running or 0.0 for p in points]
     if len(running) < 3:
         return None
-    peak = max(running)
-    refills, last_low = 0, None
-    for i, r in enumerate(running):
-        if r <= DRAINED * peak:
-            last_low = i
-        elif r >= REFILL * peak and last_low is not None and i - last_low <= 2:
-            refills += 1
-            last_low = None
-    return Pattern(points[-1].t - points[0].t, peak, min(running), refills, burst_share(points))
+    return Pattern(points[-1].t - points[0].t, max(running), min(running), burst_share(points), barrier)

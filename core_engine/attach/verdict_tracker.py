@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
+from batchtop.core_engine.attach.bursts import BurstWatch
 from batchtop.core_engine.attach.history import HistoryPoint
 from batchtop.core_engine.attach.verdict import HEADLINES, Verdict, classify, explain
 from batchtop.core_engine.attach.verdict_span import (PATTERN_POINTS, PATTERN_S, SPAN_POINTS, SPAN_S, pattern,
@@ -46,9 +47,12 @@ class VerdictTracker:
         self._streak = 0
         self._last: Verdict | None = None
         self._plateau: int | None = None  # the ceiling the plateau last showed (servers that do not say it)
+        self.bursts = BurstWatch()  # a client that sends batches, over the whole watch
         self.stretches: list[VerdictStretch] = []
 
     def update(self, history: tuple[HistoryPoint, ...]) -> Verdict:
+        if history:
+            self.bursts.see(history[-1])
         points = recent(history, SPAN_S, SPAN_POINTS)
         span = summarize(points, self._plateau)
         if span is not None and span.ceiling_source == "inferred":
@@ -59,7 +63,7 @@ class VerdictTracker:
             # no fresh scrape this tick (DOWN, BAD, just restarted): the last answer holds, and the older
             # scrapes it rests on count once, not again on every tick until the server answers
             return self._last
-        arrivals = pattern(recent(history, PATTERN_S, PATTERN_POINTS))
+        arrivals = pattern(recent(history, PATTERN_S, PATTERN_POINTS), self.bursts.reading())
         raw = classify(span, arrivals)
         t = points[-1].t if points else 0.0
         if raw == self.kind or raw == "watching":

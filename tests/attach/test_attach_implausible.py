@@ -162,3 +162,53 @@ def test_counters_growing_faster_than_a_float_holds_are_bad_and_never_reach_the_
     monitor.feed([live(vllm_sample(VLLM_T0, 0.0))], 0.0)
     s = monitor.feed([live(flops)], 2.0).replicas[0]
     assert s.status == LIVE and s.point is None and "beyond any real server" in s.point_note
+
+
+@pytest.mark.parametrize("value,reason", [
+    ("1e15", "implausible running 1e+15: no server holds more than 1048576 requests"),
+    ("2.5", "implausible running 2.5: requests are counted in whole numbers"),
+])
+def test_an_impossible_running_count_is_bad_and_left_out_of_the_verdict_which_says_so(tmp_path, value, reason):
+    """Before: running 1e15 was LIVE and the verdict said "slots: running at the ceiling of
+    1000000000000000"; 2.5 gave "ceiling of 2 ... (mean 2.5)"."""
+    out = tmp_path / "attach.json"
+    with flaky_server(FlakyMetrics(edited(RUNNING, RUNNING.replace("8.0", value)))) as url:
+        result = CliRunner().invoke(main, ["attach", url, "--headless", "--duration", "1.5", "--interval", "0.5",
+                                           "--device", "h100", "-o", str(out)])
+    assert result.exit_code == 0, result.output
+    doc = json.loads(out.read_text())
+    replica, verdict = doc["replicas"][0], doc["verdict"]
+    assert replica["status"] == BAD and replica["reason"] == reason and replica["running"] is None
+    assert verdict["bound"] == "watching" and "ceiling" not in verdict["line"]
+    assert verdict["line"].endswith(f"[left out: {doc['ticks']} scrapes of {url}/metrics, {reason}]")
+    assert verdict["evidence"]["implausible_scrapes"]["total"] == doc["ticks"]
+    assert f"{url}/metrics: BAD: {reason}" in result.output and "[left out: " in result.output
+
+
+def test_a_replica_with_impossible_counts_stays_out_of_the_aggregate_and_its_verdict():
+    from tests.support.scripted_vllm import ScriptedVllm, Tick
+    server, liar = ScriptedVllm(), ScriptedVllm()
+    monitor = Monitor(["http://a:8000/metrics", "http://b:8000/metrics"], max_num_seqs=8)
+    tick = Tick(4, 28, kv=0.12, steps=(4,) * 40, finished=((64, 256),))
+    for i in range(12):
+        lie = liar.text(tick).replace('vllm:num_requests_running{engine="0",model_name="scripted"} 4.0',
+                                      'vllm:num_requests_running{engine="0",model_name="scripted"} 1e+15')
+        frame = monitor.feed([live(parse_exposition(server.text(tick), float(i))),
+                              live(parse_exposition(lie, float(i)))], float(i))
+    assert frame.replicas[1].status == BAD and frame.replicas[1].reason.startswith("implausible running 1e+15")
+    assert frame.aggregate.running == 4 and frame.verdict.evidence["running_max"] == 4
+    assert frame.verdict.kind == "unclear" and "1000000000000000" not in frame.verdict.line
+    # the verdict reads the last 6 scrapes (5 s); each of them left the liar out
+    assert "[left out: 6 scrapes of http://b:8000/metrics, implausible running 1e+15" in frame.verdict.line
+
+
+def test_fractional_or_absurd_queue_counts_are_implausible_too():
+    good = vllm_sample(VLLM_T0, 0.0)
+    from batchtop.core_engine.attach.plausible import sample_problem
+    assert sample_problem(good) is None
+    assert sample_problem(dataclasses.replace(good, waiting=3.25)) == \
+        "implausible waiting 3.25: requests are counted in whole numbers"
+    assert sample_problem(dataclasses.replace(good, waiting=2.0 ** 40)) == \
+        "implausible waiting 1.09951e+12: no server holds more than 1073741824 requests"
+    assert sample_problem(dataclasses.replace(good, waiting_by_reason={"capacity": 0.5})) == \
+        "implausible waiting (capacity) 0.5: requests are counted in whole numbers"

@@ -89,17 +89,19 @@ def test_client_bound_by_a_low_load():
 
 
 def test_client_bound_by_barriers_drains_and_refills():
-    cycle = (16, 16, 12, 8, 4, 1, 0)
-    ticks = [Tick(r, 0, kv=0.2, steps=(r,) * 20 if r else (), finished=((60, 120),) * (2 if r < 16 else 0))
-             for r in itertools.islice(itertools.cycle(cycle), 3 * len(cycle))]
-    v = feed(ticks, max_num_seqs=16)[-1].verdict
+    """Batches of 16: each arrives at once and finishes over 7 scrapes; the next goes out as the last
+    answer comes (the client waits for each batch)."""
+    cycle = ((16, 0), (16, 0), (12, 4), (8, 4), (4, 4), (1, 3), (0, 1))
+    ticks = [Tick(r, 0, kv=0.2, steps=(r,) * 20 if r else (), finished=((60, 120),) * done)
+             for r, done in cycle * 3]
+    v = feed(ticks, max_num_seqs=16)[-2].verdict
     assert v.kind == "client" and v.evidence["pattern"] == "barrier"
-    assert v.evidence["refills"] == 2 and v.evidence["peak"] == 16 and v.evidence["trough"] == 0
-    assert "running drains to 0 and refills to 16 of 16 slots (2 refills in" in v.line
-    # the completions come as the batch drains: 5 of the 7 scrapes of a cycle, so a quarter of the scrapes
-    # holds a third of them, against a quarter for a steady stream
-    assert v.evidence["completions_in_busiest_quarter"] == pytest.approx(10 / 30)
-    assert "instead of in batches" in v.advice and "static batching by accident" in v.advice
+    assert v.evidence["bursts"] == 3 and v.evidence["burst_size"] == 16 and v.evidence["drained_to"] == 0
+    assert "3 bursts of ~16 of 16 slots that drain before the next (to 0 running, one every 7.0 s)" in v.line
+    # the completions come as the batch drains: 5 of the 7 scrapes of a cycle, so the busiest quarter of
+    # the last 20 scrapes (5) holds 16 of their 47, against a quarter for a steady stream
+    assert v.evidence["completions_in_busiest_quarter"] == pytest.approx(16 / 47)
+    assert "examples/in_flight_client.py" in v.advice and "static batching by accident" in v.advice
 
 
 def test_deferred_requests_are_named_as_such():

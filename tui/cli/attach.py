@@ -9,6 +9,7 @@ import sys
 import time
 import traceback
 
+from batchtop.core_engine.attach.identity import refuse_duplicates
 from batchtop.core_engine.attach.monitor import AttachFrame, Monitor
 from batchtop.core_engine.attach.poller import LivePoller
 from batchtop.core_engine.attach.peaks import attach_peaks
@@ -30,6 +31,7 @@ def prepare(urls: tuple[str, ...], opts: AttachOptions) -> AttachSetup:
     twice = next((u for i, u in enumerate(resolved) if u in resolved[:i]), None)
     if twice is not None:
         raise ConfigError("URL", f"{twice} is given twice: its numbers would count twice in the aggregate")
+    refuse_duplicates(list(urls), resolved)  # one server under two spellings (localhost, a path, a 0 port)
     if opts.timeout is not None and opts.timeout >= opts.interval:
         raise ConfigError("--timeout", f"{opts.timeout:g} s must be shorter than --interval {opts.interval:g} s")
     if opts.headless and opts.duration is None:
