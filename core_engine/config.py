@@ -180,6 +180,9 @@ class EngineConfig:
     seed: int = 0
     enforce_eager: bool = False  # CUDA: run decode steps eagerly instead of replaying captured CUDA graphs
     enable_prefix_caching: bool = True  # reuse the KV of full blocks whose tokens (and prefix) match, as vLLM
+    # CUDA: size the pool after a profiling forward, to this fraction of the GPU (worker/kv_pool_sizing.py);
+    # num_kv_blocks is then the most it may hold. None: num_kv_blocks as given.
+    gpu_memory_utilization: float | None = None
     extra: dict = field(default_factory=dict, compare=False)  # free-form provenance for metrics
 
     def __post_init__(self) -> None:

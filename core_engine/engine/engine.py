@@ -30,8 +30,11 @@ from batchtop.core_engine.engine.snapshot_builder import StepEvents, StepTimes, 
 class Engine:
     def __init__(self, config: EngineConfig, runner: StepRunner | None = None,
                  clock: Callable[[], float] = time.perf_counter) -> None:
-        self.config = config
         self.runner = runner if runner is not None else ModelRunner(config)
+        pool_note = getattr(self.runner, "pool_note", None)
+        if pool_note is not None:  # a GPU's pool, sized after a profiling forward
+            config = config.with_(num_kv_blocks=self.runner.num_kv_blocks, extra={**config.extra, "kv_pool": pool_note})
+        self.config = config
         self.allocator = BlockAllocator(config.num_kv_blocks, config.block_size, config.enable_prefix_caching)
         self.block_manager = BlockManager(self.allocator)
         self.scheduler = Scheduler(self.block_manager, make_policy(config.mode), config.max_num_seqs,

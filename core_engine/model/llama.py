@@ -18,8 +18,8 @@ from torch import nn
 
 from batchtop.core_engine.config import ModelConfig
 from batchtop.core_engine.model.packed_linear import PackedLinear, packing, parameter_registrations, weight_key
-from batchtop.gpu_kernels import (cpu_kernels, decode_attention, decode_mask, gather_kv, needs_decode_mask,
-                                  prefill_attention, store_kv, uses_cpu_kernel)
+from batchtop.gpu_kernels import cpu_kernels, store_kv, uses_cpu_kernel
+from batchtop.gpu_kernels.attention import AttentionBackend, PrefillPlan, select_backend
 
 
 @dataclass(slots=True)
@@ -46,16 +46,25 @@ class VarlenRows:
 
 @dataclass(slots=True)
 class AttentionBatch:
-    """Where each token's K/V goes and what each query may attend to, for one step."""
+    """Where each token's K/V goes and what each query may attend to, for one step, and the attention
+    backend (gpu_kernels/attention/) every layer runs it through."""
 
     kv_caches: list[tuple[torch.Tensor, torch.Tensor]]  # per layer: (num_blocks, block_size, kvh, hd) x2
     slot_mapping: torch.Tensor  # (T,) flat slot of each token's K/V
     num_decode_rows: int  # rows [0, num_decode_rows) each hold one token of a different sequence
     decode_block_tables: torch.Tensor | None  # (num_decode_rows, max_blocks)
     decode_context_lens: torch.Tensor | None  # (num_decode_rows,)
-    prefills: list[PrefillChunk]  # chunks attended one by one (all of them unless `varlen` takes them)
-    decode_mask: torch.Tensor | None = None  # built once per step by the model, read by every layer
+    prefills: list[PrefillChunk]  # chunks after the decode rows, contiguous (all unless `varlen` takes them)
+    decode_mask: torch.Tensor | None = None  # the torch reference's dense decode mask, built once per step
     varlen: VarlenRows | None = None  # the CPU kernel's one call for decode rows and prompt chunks
+    backend: AttentionBackend | None = None  # the runner's; None: chosen from the pool's device, dtype, head size
+    prefill_plan: PrefillPlan | None = None  # the prefill rows' tables, built once per step (backend.prepare)
+    prepared: bool = False  # backend.prepare has run for this step
+
+    def __post_init__(self) -> None:
+        if self.backend is None:  # a batch built by hand (tests, tools)
+            k_cache = self.kv_caches[0][0]
+            self.backend = select_backend(k_cache.device, k_cache.dtype, k_cache.shape[-1])
 
 
 class RMSNorm(nn.Module):
@@ -180,31 +189,8 @@ class Attention(nn.Module):
         k_cache, v_cache = batch.kv_caches[self.layer_idx]
         store_kv(k, v, k_cache, v_cache, batch.slot_mapping)
 
-        d, varlen = batch.num_decode_rows, batch.varlen
-        if varlen is not None:  # the CPU kernel takes the decode rows and every real prompt chunk at once
-            d = varlen.num_rows
-            varlen_out = cpu_kernels.paged_attention(q[:d], k_cache, v_cache, varlen.tables, varlen.row_tables,
-                                                       varlen.context_lens, self.scale)
-        if d == t:  # nothing left to interleave (a pure decode step, or all rows in the one call)
-            out = varlen_out if varlen is not None else decode_attention(
-                q, k_cache, v_cache, batch.decode_block_tables, batch.decode_context_lens, self.scale,
-                batch.decode_mask)
-            return self.o_proj(out.reshape(t, self.q_size))
-        out = torch.empty_like(q)
-        if varlen is not None:
-            out[:d] = varlen_out
-        elif d:
-            out[:d] = decode_attention(q[:d], k_cache, v_cache, batch.decode_block_tables,
-                                       batch.decode_context_lens, self.scale, batch.decode_mask)
-        for chunk in batch.prefills:
-            rows = slice(chunk.token_start, chunk.token_start + chunk.num_tokens)
-            if chunk.context_start == 0:  # nothing cached before this chunk: use the fresh K/V
-                ck, cv = k[rows], v[rows]
-            else:
-                ck, cv = gather_kv(k_cache, v_cache, chunk.block_table,
-                                   chunk.context_start + chunk.num_tokens)
-            out[rows] = prefill_attention(q[rows], ck, cv, chunk.context_start, self.scale)
-        return self.o_proj(out.view(t, self.q_size))
+        out = batch.backend.forward(q, k, v, k_cache, v_cache, batch, self.scale)  # the step's backend
+        return self.o_proj(out.reshape(t, self.q_size))
 
 
 class MLP(nn.Module):
@@ -329,10 +315,7 @@ class LlamaForCausalLM(nn.Module):
         if self._inv_freq.device != positions.device:
             self._inv_freq = self._inv_freq.to(positions.device)
         cos, sin = rope_cos_sin(positions, self._inv_freq, x.dtype)
-        if batch.num_decode_rows and batch.decode_mask is None and needs_decode_mask(x.device, x.dtype,
-                                                                                  self.config.head_dim):
-            k_cache = batch.kv_caches[0][0]
-            batch.decode_mask = decode_mask(batch.decode_block_tables, batch.decode_context_lens, k_cache.shape[1])
+        batch.backend.prepare(batch)  # once per step (the runner's prepare already did, unless hand-built)
         rows = self._fused_rows(x, batch)
         if rows is None:
             for layer in self.model.layers:

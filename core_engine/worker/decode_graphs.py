@@ -6,7 +6,8 @@ padding that feeds token 0 at position 0, writes its K/V into the scratch block 
 block alone, so no real sequence's cache is touched and its logits are never read. The graph holds
 the whole model forward (every layer, the final norm and the lm_head); sampling runs after it.
 
-Decode attention inside a graph must not depend on host-side sizes: the Triton kernel reads the
+Decode attention inside a graph must not depend on host-side sizes: graphs are captured only on a
+backend that says so (captures_decode_graphs: the Triton one), whose kernel reads the
 full-width persistent block table and stops at each row's context length, so one capture serves any
 context. Prefill and mixed steps, batches above the largest bucket, --enforce-eager and devices other
 than CUDA run eagerly. `capture=False` runs the same bucketed, padded forward eagerly: what the CPU
@@ -18,6 +19,7 @@ from __future__ import annotations
 import torch
 
 from batchtop.core_engine.model.llama import AttentionBatch
+from batchtop.gpu_kernels.attention import AttentionBackend
 
 
 def bucket_sizes(max_num_seqs: int) -> list[int]:
@@ -39,8 +41,10 @@ def bucket_for(n: int, sizes: list[int]) -> int | None:
 
 class DecodeGraphs:
     def __init__(self, model: torch.nn.Module, kv_caches: list, table_width: int, scratch_block: int,
-                 block_size: int, sizes: list[int], device: torch.device, capture: bool = True) -> None:
+                 block_size: int, sizes: list[int], device: torch.device, capture: bool = True,
+                 backend: AttentionBackend | None = None) -> None:
         self.model, self.kv_caches, self.sizes, self.capture = model, kv_caches, sizes, capture
+        self.backend = backend  # the runner's attention backend (None: chosen from the pool)
         top = sizes[-1]
         long = {"dtype": torch.long, "device": device}
         self.input_ids = torch.zeros(top, **long)
@@ -57,7 +61,7 @@ class DecodeGraphs:
 
     def _forward(self, b: int) -> torch.Tensor:
         attention = AttentionBatch(self.kv_caches, self.slot_mapping[:b], b, self.block_tables[:b],
-                                   self.context_lens[:b], [])
+                                   self.context_lens[:b], [], backend=self.backend)
         return self.model(self.input_ids[:b], self.positions[:b], attention, self.rows[:b])
 
     def capture_all(self) -> None:

@@ -26,6 +26,10 @@ class ForwardPiece:
     prefills: list[tuple[Sequence, int, int]] = field(default_factory=list)
     prompt_padding: list[int] = field(default_factory=list)  # lengths of left-padding chunks
 
+    def sampled(self) -> list[Sequence]:
+        """The sequences this forward samples a token for, in row order: decodes, then completed prompts."""
+        return self.decodes + [seq for seq, start, n in self.prefills if start + n == seq.num_tokens]
+
     @property
     def num_tokens(self) -> int:
         return (len(self.decodes) + len(self.padding) + sum(n for _, _, n in self.prefills)

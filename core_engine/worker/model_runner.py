@@ -16,9 +16,11 @@ from batchtop.core_engine.sched.request import Sequence
 from batchtop.core_engine.worker.decode_graphs import DecodeGraphs, bucket_sizes
 from batchtop.core_engine.worker.forward_pieces import ForwardPiece, split_to_budget
 from batchtop.core_engine.worker.input_buffers import DecodeTables, StagedInputs
+from batchtop.core_engine.worker.kv_pool_sizing import (GRAPH_POOL, device_memory, kv_pool_bytes, measure_peak,
+                                                        pool_sizing_note)
 from batchtop.core_engine.worker.sampler import MASK32, Sampler, SamplingBatch, request_seed
 from batchtop.core_engine.sched import SchedulerOutput
-from batchtop.gpu_kernels import uses_cpu_kernel, uses_triton
+from batchtop.gpu_kernels.attention import select_backend
 
 PAD_TOKEN_ID = 0  # what a static batch's prompt padding feeds; its outputs are never read
 
@@ -40,6 +42,7 @@ class SplitBatch:
 
     pieces: list[ForwardPiece]
     logits_rows: range  # how many rows reach the lm_head over all the pieces
+    sampled_seqs: list[Sequence]  # in the order run() returns their tokens
 
 
 class ModelRunner:
@@ -60,30 +63,66 @@ class ModelRunner:
         else:
             self.model = load_model(m, config.device, self.dtype)
         self.block_size = config.block_size
+        self.graphs = None
+        self.select_attention_backend()
+        self.sampler = Sampler(config.seed, config.device)
+        self.staged = StagedInputs(self.device, 4 * (config.max_num_batched_tokens + config.max_num_seqs) + 1024)
+        self.num_kv_blocks = config.num_kv_blocks
+        self.pool_note: str | None = None  # how a pool sized from GPU memory was sized
+        if config.gpu_memory_utilization is not None:
+            self._allocate_pool(0)  # the scratch block alone, for the profiling forward
+            self.num_kv_blocks, self.pool_note = self._blocks_from_memory(config.gpu_memory_utilization)
+        self._allocate_pool(self.num_kv_blocks)
+        max_blocks = min(-(-config.max_model_len // config.block_size), self.num_kv_blocks)
+        self.decode_tables = DecodeTables(self.device, config.max_num_seqs, max_blocks, self.scratch_block)
+        capture = self.device.type == "cuda" and self.attention_backend.captures_decode_graphs
+        if bucketed_decode is None:
+            bucketed_decode = capture and not config.enforce_eager
+        if bucketed_decode:
+            self.graphs = DecodeGraphs(self.model, self.kv_caches, max_blocks, self.scratch_block, self.block_size,
+                                       bucket_sizes(config.max_num_seqs), self.device, capture=capture,
+                                       backend=self.attention_backend)
+            if capture:
+                self.graphs.capture_all()
+
+    def select_attention_backend(self) -> None:
+        """The attention backend for this engine's device, dtype and head size: chosen once, and again
+        only when batchtop's CPU kernels come in mid-run (worker/kernel_switch.py)."""
+        self.attention_backend = select_backend(self.device, self.dtype, self.config.model.head_dim)
+        if self.graphs is not None:
+            self.graphs.backend = self.attention_backend
+
+    @property
+    def varlen_prompts(self) -> bool:
+        """Whether prompt chunks' rows join the decode rows in the backend's one decode call (the CPU
+        kernels); their sequences' tables take the persistent table's rows after the decode rows'."""
+        return self.attention_backend.prompts_join_decode_call
+
+    def _allocate_pool(self, num_blocks: int) -> None:
         # One physical block past the usable ones: static batching's padding rows and prompt padding
         # write their throw-away K/V there, so no sequence's real cache is ever overwritten.
-        self.scratch_block = config.num_kv_blocks
-        shape = (config.num_kv_blocks + 1, config.block_size, m.num_key_value_heads, m.head_dim)
+        m = self.config.model
+        self.scratch_block = num_blocks
+        shape = (num_blocks + 1, self.block_size, m.num_key_value_heads, m.head_dim)
+        self.kv_caches = []  # the old pool goes before the new one is made
         self.kv_caches = [(torch.zeros(shape, dtype=self.dtype, device=self.device),
                            torch.zeros(shape, dtype=self.dtype, device=self.device))
                           for _ in range(m.num_hidden_layers)]
         self._scratch_table = torch.tensor([self.scratch_block], dtype=torch.long, device=self.device)
-        self.sampler = Sampler(config.seed, config.device)
-        self.staged = StagedInputs(self.device, 4 * (config.max_num_batched_tokens + config.max_num_seqs) + 1024)
-        max_blocks = min(-(-config.max_model_len // config.block_size), config.num_kv_blocks)
-        self.decode_tables = DecodeTables(self.device, config.max_num_seqs, max_blocks, self.scratch_block)
-        # On the CPU kernel the prompt chunks' rows join the decode rows in one attention call; their
-        # sequences' tables take the persistent table's rows after the decode rows'.
-        self.varlen_prompts = uses_cpu_kernel(self.device, self.dtype, m.head_dim)
-        capture = self.device.type == "cuda" and uses_triton(self.device)
-        if bucketed_decode is None:
-            bucketed_decode = capture and not config.enforce_eager
-        self.graphs = None
-        if bucketed_decode:
-            self.graphs = DecodeGraphs(self.model, self.kv_caches, max_blocks, self.scratch_block, self.block_size,
-                                       bucket_sizes(config.max_num_seqs), self.device, capture=capture)
-            if capture:
-                self.graphs.capture_all()
+
+    def _blocks_from_memory(self, utilization: float) -> tuple[int, str]:
+        """Blocks for the pool after one forward at the full token budget, with max_num_seqs rows
+        through the lm_head (the most any step samples or pads), measured the way vLLM profiles."""
+        budget = self.config.max_num_batched_tokens
+        batch = self._prepare(ForwardPiece(prompt_padding=[budget]))
+        rows = torch.arange(min(budget, self.config.max_num_seqs), device=self.device)
+        peak = measure_peak(lambda: self.model(batch.input_ids, batch.positions, batch.attention, rows), self.device)
+        weights = sum(p.numel() * p.element_size() for p in self.model.parameters())
+        graphs = GRAPH_POOL if self.device.type == "cuda" and not self.config.enforce_eager else 0
+        figures = device_memory(self.device, weights, peak, graphs)
+        block_bytes = sum(k[0].nbytes + v[0].nbytes for k, v in self.kv_caches)
+        blocks = min(self.config.num_kv_blocks, kv_pool_bytes(figures, utilization) // block_bytes)
+        return blocks, pool_sizing_note(figures, utilization, blocks, block_bytes)
 
     def prepare(self, plan: SchedulerOutput) -> PreparedBatch | SplitBatch:
         """The plan as one forward, or as forwards within max_num_batched_tokens when it plans more
@@ -91,9 +130,8 @@ class ModelRunner:
         pieces = split_to_budget(plan, self.config.max_num_batched_tokens)
         if len(pieces) == 1:
             return self._prepare(pieces[0])
-        num_logit_rows = sum(len(p.decodes) + len(p.padding) for p in pieces) + sum(
-            1 for p in pieces for seq, start, n in p.prefills if start + n == seq.num_tokens)
-        return SplitBatch(pieces, range(num_logit_rows))
+        sampled = [seq for p in pieces for seq in p.sampled()]
+        return SplitBatch(pieces, range(len(sampled) + sum(len(p.padding) for p in pieces)), sampled)
 
     def _prepare(self, piece: ForwardPiece) -> PreparedBatch:
         """Flatten one forward: one-token rows (decodes, then padding) first, then prompt padding and
@@ -181,7 +219,8 @@ class ModelRunner:
         chunks = [PrefillChunk(row, n, start, table if isinstance(table, torch.Tensor) else staged.view(table))
                   for row, n, start, table in chunk_specs]
         attention = AttentionBatch(self.kv_caches, staged.view(r_slots), num_decode_rows, block_tables,
-                                   context_lens, chunks, varlen=varlen)
+                                   context_lens, chunks, varlen=varlen, backend=self.attention_backend)
+        self.attention_backend.prepare(attention)  # the step's masks and prefill tables, once for every layer
         positions = staged.view(r_pos)
         rows = staged.view(r_rows)
         return PreparedBatch(staged.view(r_ids), positions, attention, rows, sampled,
@@ -211,7 +250,10 @@ class ModelRunner:
         """One forward over the whole batch (or each piece of a split one in turn), then one sampled
         token per completed sequence: one device-to-host read a forward."""
         if isinstance(batch, SplitBatch):
-            return [pair for piece in batch.pieces for pair in self.run(self._prepare(piece))]
+            return [pair for piece in batch.pieces for pair in self._forward(self._prepare(piece))]
+        return self._forward(batch)
+
+    def _forward(self, batch: PreparedBatch) -> list[tuple[Sequence, int]]:
         bucket = self.graphs.fits(batch.attention, batch.input_ids.shape[0]) if self.graphs else None
         if bucket is None:
             logits = self.model(batch.input_ids, batch.positions, batch.attention, batch.logits_rows)
