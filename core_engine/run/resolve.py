@@ -20,6 +20,7 @@ from batchtop.core_engine.model.hf_config import read_model_config
 from batchtop.core_engine.model.smollm2 import NAME as SMOLLM2, require_smollm2, smollm2_file
 from batchtop.core_engine.model.sources import is_gguf, read_gguf_config
 from batchtop.core_engine.workload.spec import WorkloadSpec
+from batchtop.core_engine.worker.memory_need import check_engine_fits
 from batchtop.core_engine.simulate.device import SimulatedDevice
 
 GIB = 1 << 30
@@ -67,7 +68,11 @@ def kv_blocks_for_memory(model: ModelConfig, dtype: str, block_size: int, fracti
     weights = model.num_params() * elem
     reserve = 2 * GIB + 8 * model.vocab_size * 4 * 2048  # activations and fp32 logits of a full step
     per_block = kv_block_bytes(model, dtype, block_size)
-    blocks = int((memory * fraction - weights - reserve) // per_block)
+    room = memory * fraction - weights - reserve
+    blocks = int(room // per_block)
+    if blocks < 1 and room > 0:  # the weights fit: it is the block that does not
+        raise ConfigError("block_size", f"{block_size:,} tokens a block need {per_block / GIB:,.2f} GiB each; "
+                                        f"{fraction} of {memory / GIB:.0f} GiB leaves {room / GIB:.2f} GiB for KV blocks")
     if blocks < 1:
         raise ConfigError("gpu_memory_utilization", f"{fraction} of {memory / GIB:.0f} GiB leaves no room "
                                                       f"for KV blocks after {weights / GIB:.1f} GiB of weights")
@@ -162,11 +167,13 @@ def resolve_config(*, model: str = "auto", device: str = "auto", dtype: str = "a
                 if num_kv_blocks > most:
                     extra["kv_pool_capped_from"] = num_kv_blocks  # what the memory would have held
                     num_kv_blocks = most
-    return EngineConfig(
+    config = EngineConfig(
         model=model_cfg, device=dev, dtype=dt, mode=mode,
         max_num_seqs=defaults.max_num_seqs if max_num_seqs is None else max_num_seqs,
         max_num_batched_tokens=budget, block_size=block_size, num_kv_blocks=num_kv_blocks, seed=seed,
         extra=extra)
+    check_engine_fits(config, memory)  # every size against memory, before any buffer is allocated
+    return config
 
 
 def pool_note(config: EngineConfig) -> str | None:

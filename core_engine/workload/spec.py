@@ -24,7 +24,7 @@ from batchtop.core_engine.errors import ConfigError, UnservableRequest, Workload
 from batchtop.core_engine.model.tokenizer import Tokenizer
 from batchtop.core_engine.workload.azure_csv import AZURE_COLUMNS, read_azure_csv
 from batchtop.core_engine.workload.sharegpt import read_sharegpt
-from batchtop.core_engine.text_files import NotText, read_text_file
+from batchtop.core_engine.text_files import NotText, input_problem, read_text_file
 from batchtop.core_engine.workload.jsonl import JSONL_FIELDS, read_jsonl
 from batchtop.core_engine.workload.raw import MAX_ARRIVAL_S, RawRequest, Warn, warn_on_stderr
 
@@ -38,6 +38,9 @@ DEFAULT_TRACE = Path(__file__).parent.parent / "data" / "azure_conv_sample.csv"
 DEFAULT_CHAT = Path(__file__).parent.parent / "data" / "chat_requests.jsonl"
 MAX_SYNTHETIC_REQUESTS = 1_000_000
 FORMATS_BY_SUFFIX = {".jsonl": "jsonl", ".ndjson": "jsonl", ".csv": "csv", ".json": "sharegpt"}
+# A workload file is read whole (ShareGPT's largest dataset is ~0.7 GB); past this a FIFO or a mistaken
+# path is refused, not read until the memory runs out
+MAX_WORKLOAD_BYTES = 1 << 30
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,9 +120,12 @@ def load_workload(spec: WorkloadSpec, vocab_size: int, tokenizer: Tokenizer | No
 
 
 def workload_format(path: Path, text: str) -> str:
-    """jsonl, csv or sharegpt: by the file's suffix, else by its first non-blank character (a JSON
-    Lines file may open with `#` comment lines, as --export-workload writes them)."""
-    by_suffix = FORMATS_BY_SUFFIX.get(path.suffix.lower())
+    """jsonl, csv or sharegpt: by the file's suffix (under a .gz one), else by its first non-blank
+    character (a JSON Lines file may open with `#` comment lines, as --export-workload writes them)."""
+    suffixes = [s.lower() for s in path.suffixes]
+    if suffixes[-1:] == [".gz"]:
+        suffixes.pop()
+    by_suffix = FORMATS_BY_SUFFIX.get(suffixes[-1] if suffixes else "")
     if by_suffix is not None:
         return by_suffix
     first = text.lstrip()[:1]
@@ -131,12 +137,13 @@ def workload_format(path: Path, text: str) -> str:
 
 def read_workload_file(path: Path, vocab_size: int, tokenizer: Tokenizer | None = None,
                        limit: int | None = None, *, warn: Warn = warn_on_stderr) -> list[RawRequest]:
-    if not path.exists():
-        raise WorkloadError(str(path), "no such workload file")
-    if path.is_dir():  # anything else is read as a stream: a FIFO or <(zcat w.jsonl.gz) works too
-        raise WorkloadError(str(path), "is a directory, not a workload file")
+    # anything but a directory is read, as a stream, under the cap: a FIFO or <(zcat w.jsonl.gz) works
+    # too, and a gzip file (w.jsonl.gz) is gunzipped on the fly
+    problem = input_problem(path, "workload file")
+    if problem is not None:
+        raise WorkloadError(str(path), problem)
     try:
-        text = read_text_file(path)
+        text = read_text_file(path, MAX_WORKLOAD_BYTES, "a workload file")
     except NotText as exc:
         raise WorkloadError(str(path), exc.message, exc.line) from None
     kind = workload_format(path, text)

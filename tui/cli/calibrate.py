@@ -22,6 +22,7 @@ from batchtop.core_engine.simulate.calibration import CALIBRATION_SCHEMA
 from batchtop.core_engine.simulate.fit import Fit, fit_calibration, predict
 from batchtop.core_engine.perf.decode_sweep import (StepSample, decode_sweep, sweep_means, sweep_points,
                                                         typical_seconds)
+from batchtop.tui.cli.defaults import CALIBRATE_BATCHES
 from batchtop.tui.cli.headless import note, note_written
 from batchtop.tui.cli.options import EXIT_BAD_INPUT, bad_input_exits, fail
 from batchtop.core_engine.output_files import check_outputs, deliver_json
@@ -52,10 +53,16 @@ def parse_batches(text: str) -> list[int]:
     return batches
 
 
-def measured_sweep(opts: dict, batches: list[int], contexts: list[int]) -> tuple[list[StepSample], DevicePeaks, dict]:
+def sweep_batches(text: str, device: str) -> list[int]:
+    """--batches, 'auto' being the device's default sweep (CALIBRATE_BATCHES)."""
+    return parse_batches(CALIBRATE_BATCHES["cpu" if device == "cpu" else "cuda"] if text == "auto" else text)
+
+
+def measured_sweep(opts: dict, contexts: list[int]) -> tuple[list[StepSample], DevicePeaks, dict]:
     steps = opts["steps"]
-    model = resolve_config(model=opts["model"], device=opts["device"], dtype=opts["dtype"], max_num_seqs=1,
-                           max_num_batched_tokens=1, num_kv_blocks=1).model
+    probe = resolve_config(model=opts["model"], device=opts["device"], dtype=opts["dtype"], max_num_seqs=1,
+                           max_num_batched_tokens=1, num_kv_blocks=1)
+    model, batches = probe.model, sweep_batches(opts["batches"], probe.device)
     if max(contexts) + steps + 1 > model.max_position_embeddings:  # named here, not as a pool too large
         raise ConfigError("--context", f"{max(contexts)} tokens and {steps} --steps pass {model.name}'s "
                                        f"max_model_len {model.max_position_embeddings}")
@@ -118,8 +125,9 @@ def run_calibrate(opts: dict, output: str) -> None:
         if opts["from_trace"] is not None:
             samples, peaks, fitted_on = recorded_steps(opts["from_trace"])
         else:
-            samples, peaks, fitted_on = measured_sweep(opts, parse_batches(opts["batches"]),
-                                                       parse_lengths("--context", opts["context"]))
+            if opts["batches"] != "auto":  # a bad list fails before the model is read
+                parse_batches(opts["batches"])
+            samples, peaks, fitted_on = measured_sweep(opts, parse_lengths("--context", opts["context"]))
     try:
         fit = fit_calibration(samples, peaks, source=output, fitted_on=fitted_on)
     except ValueError as exc:  # steps no model time can fit (all of one size, no work at all)

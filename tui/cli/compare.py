@@ -11,7 +11,9 @@ from batchtop.core_engine.engine.engine import Engine
 from batchtop.core_engine.perf.roofline import bound
 from batchtop.tui.cli.headless import (build_engine, exit_code, load_peaks, metrics_document, note_written,
                                            run_and_report)
-from batchtop.tui.cli.options import EXIT_ENGINE_FAILURE, bad_input_exits, build_setup
+from batchtop.tui.cli.defaults import COMPARE_REQUESTS
+from batchtop.tui.cli.options import EXIT_ENGINE_FAILURE, bad_input_exits
+from batchtop.tui.cli.run_setup import build_setup
 from batchtop.core_engine.output_files import deliver_json
 
 COMPARE_SCHEMA = "batchtop.compare/1"
@@ -80,7 +82,7 @@ def run_compare(opts: dict, output: str) -> None:
         # Closed loop by default: with arrivals spread out both policies would just keep pace.
         setup = build_setup(opts, output=output,
                             time_scale=0.0 if opts["time_scale"] is None else opts["time_scale"],
-                            num_requests=opts["num_requests"] or 256)
+                            num_requests=opts["num_requests"] or COMPARE_REQUESTS)
     first = build_engine(setup)  # one model, reused: both runs see the same weights (or the same simulation)
     peaks = load_peaks(setup)
     docs = {}

@@ -17,7 +17,9 @@ from batchtop.core_engine.run.headless import RunResult, run_workload
 from batchtop.core_engine.run.session import Session
 from batchtop.core_engine.run.stop import exit_status
 from batchtop.core_engine.engine.snapshot import StepSnapshot
-from batchtop.tui.cli.options import EXIT_ENGINE_FAILURE, Setup, bad_input_exits, build_setup
+from batchtop.tui.cli.defaults import HEADLESS_REQUESTS
+from batchtop.tui.cli.options import EXIT_ENGINE_FAILURE, bad_input_exits
+from batchtop.tui.cli.run_setup import Setup, build_setup
 from batchtop.core_engine.output_files import deliver_json
 from batchtop.tui.cli.progress import StderrProgress
 from batchtop.gpu_kernels import cpu_kernels
@@ -45,6 +47,8 @@ def build_engine(setup: Setup, say: Callable[[str], None] = note) -> Engine:
         if capped:
             note(capped)
         note(f"calibration: {sim.calibration.describe()}")
+        if sim.lengths_note(c):
+            note(sim.lengths_note(c))
         if sim.mismatch():
             note(f"warning: {sim.mismatch()}")
         return sim.engine(c)
@@ -77,7 +81,7 @@ def pace_workload(setup: Setup, engine: Engine, say: Callable[[str], None] = not
 def load_peaks(setup: Setup) -> DevicePeaks:
     c = setup.config
     peaks = setup.simulation.peaks if setup.simulation is not None else device_peaks(c.device, c.dtype)
-    note(f"roofs: {peaks.peak_flops / 1e9:.0f} GFLOP/s, {peaks.peak_bytes_per_s / 1e9:.1f} GB/s ({peaks.source})")
+    note(f"roofs: {peaks.roofs_text()} ({peaks.source})")
     return peaks
 
 
@@ -87,7 +91,7 @@ def warn_rejections(snap: StepSnapshot) -> None:
 
 
 def run_and_report(engine: Engine, setup: Setup, label: str = "", session: Session | None = None) -> RunResult:
-    progress = StderrProgress(len(setup.requests), label=label)
+    progress = StderrProgress(setup.requests, label=label)
 
     def on_step(snap: StepSnapshot) -> None:
         warn_rejections(snap)
@@ -124,12 +128,10 @@ def exit_code(result: RunResult) -> int:
     return 0
 
 
-HEADLESS_REQUESTS = 48  # the bundled workload's first requests a plain --headless runs: 1-2 minutes on 2 cores
-
-
 def headless_defaults(opts: dict) -> dict:
     """A plain `--headless` runs the bundled workload's first HEADLESS_REQUESTS requests, not all of them:
-    a run that says how long it takes and ends in a minute or two (a what-if run, in modelled time, keeps all)."""
+    a run that says how long it takes and ends within a minute on an idle 2-core CPU (a what-if run, in
+    modelled time, keeps all)."""
     if opts.get("workload_path") is None and opts.get("num_requests") is None and opts.get("simulate") is None:
         note(f"running the bundled workload's first {HEADLESS_REQUESTS} requests (the --headless default; "
              "--num-requests N for more)")

