@@ -154,6 +154,7 @@ def resolve_config(*, model: str = "auto", device: str = "auto", dtype: str = "a
         check_pool_fits(model_cfg, dt, block_size, num_kv_blocks, dev, memory)
     budget = defaults.max_num_batched_tokens if max_num_batched_tokens is None else max_num_batched_tokens
     extra = {}
+    profiled_utilization = None
     if num_kv_blocks is None:
         if defaults.num_kv_blocks is not None:
             num_kv_blocks = defaults.num_kv_blocks
@@ -162,6 +163,8 @@ def resolve_config(*, model: str = "auto", device: str = "auto", dtype: str = "a
                 raise ConfigError("block_size", f"must be an integer >= 1, got {block_size!r}")
             num_kv_blocks = kv_blocks_for_memory(model_cfg, dt, block_size, gpu_memory_utilization,
                                                  cuda_memory() if memory is None else memory)
+            if simulate is None:  # a real GPU: the runner sizes the pool after a profiling forward, this at most
+                profiled_utilization = gpu_memory_utilization
             if isinstance(budget, int) and budget >= 1:
                 most = kv_blocks_ever_used(model_cfg, block_size, budget)
                 if num_kv_blocks > most:
@@ -171,7 +174,7 @@ def resolve_config(*, model: str = "auto", device: str = "auto", dtype: str = "a
         model=model_cfg, device=dev, dtype=dt, mode=mode,
         max_num_seqs=defaults.max_num_seqs if max_num_seqs is None else max_num_seqs,
         max_num_batched_tokens=budget, block_size=block_size, num_kv_blocks=num_kv_blocks, seed=seed,
-        extra=extra)
+        gpu_memory_utilization=profiled_utilization, extra=extra)
     check_engine_fits(config, memory)  # every size against memory, before any buffer is allocated
     return config
 

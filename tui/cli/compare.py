@@ -90,7 +90,7 @@ def run_compare(opts: dict, output: str) -> None:
         config = setup.config.with_(mode=mode)
         engine = Engine(config, runner=first.runner, clock=first.clock)
         result = run_and_report(engine, setup, label=f"{mode:>10} ")
-        docs[mode] = metrics_document(result, setup, config.as_dict(), peaks)
+        docs[mode] = metrics_document(result, setup, engine.config.as_dict(), peaks)
         code = exit_code(result)
         if code:
             if deliver_json({"schema": COMPARE_SCHEMA, **docs, "speedup": None}, output):

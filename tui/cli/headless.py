@@ -63,6 +63,8 @@ def build_engine(setup: Setup, say: Callable[[str], None] = note) -> Engine:
             engine = Engine(c)
     else:
         engine = Engine(c)  # the dashboard reports bad input itself, once its screen is closed
+    if engine.config.extra.get("kv_pool"):  # a GPU's pool, sized after a profiling forward
+        say(engine.config.extra["kv_pool"])
     building = cpu_kernels.background_state() is not None  # the dashboard's status line follows that build
     if c.device == "cpu" and not building and not cpu_kernels.available():
         say(f"CPU kernels unavailable ({cpu_kernels.why_unavailable()}): attention and the elementwise "
