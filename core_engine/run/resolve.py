@@ -14,6 +14,7 @@ import torch
 from batchtop.core_engine.config import MAX_NUM_SEQS_LIMIT, PRESETS, EngineConfig, ModelConfig
 from batchtop.core_engine.device import DTYPES, resolve_device, resolve_dtype
 from batchtop.core_engine.errors import ConfigError
+from batchtop.core_engine.text_files import input_problem
 from batchtop.core_engine.model.checkpoint import available_memory, check_checkpoint, check_fits
 from batchtop.core_engine.model.gguf_weights import check_tensors
 from batchtop.core_engine.model.hf_config import read_model_config
@@ -121,8 +122,9 @@ def resolve_model(model: str, default: str) -> ModelConfig:
         return read_model_config(path)
     if path.suffix.lower() == ".gguf" or is_gguf(path):
         return read_gguf_config(path)
+    why = input_problem(path, "file or directory") or "not a model directory or GGUF file"
     raise ConfigError("model", f"{model!r} is neither a preset (auto, {', '.join(PRESETS)}, {SMOLLM2}) nor a "
-                                 "model directory or GGUF file (no such file or directory)")
+                                 f"model directory or GGUF file ({why})")
 
 
 def resolve_config(*, model: str = "auto", device: str = "auto", dtype: str = "auto",

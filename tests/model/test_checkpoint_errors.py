@@ -114,6 +114,12 @@ def test_not_a_preset_nor_a_directory(tmp_path):
     assert_exit_2(headless(tmp_path / "nowhere"), "is neither a preset (auto, tiny, cpu-demo", "no such file or directory")
 
 
+def test_a_model_path_in_a_symlink_loop_says_so(tmp_path):
+    loop = tmp_path / "loop"
+    loop.symlink_to(loop)
+    assert_exit_2(headless(loop), "is neither a preset", "a symlink loop")
+
+
 def test_text_prompt_without_a_tokenizer_names_the_line(model_dir, tmp_path):
     workload = tmp_path / "w.jsonl"
     workload.write_text('{"prompt_len": 3, "max_tokens": 2}\n{"prompt": "hello there", "max_tokens": 2}\n')
