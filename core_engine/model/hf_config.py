@@ -14,19 +14,23 @@ from pathlib import Path
 from batchtop.core_engine.config import ModelConfig, RopeScaling
 from batchtop.core_engine.errors import BadInput, ConfigError
 from batchtop.core_engine.model.model_numbers import RMS_NORM_EPS, ROPE_THETA, checked_number
+from batchtop.core_engine.text_files import NotText, read_text_file
 
 SUPPORTED_ARCHITECTURES = ("LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM")
 MODEL_TYPES = {"llama": "LlamaForCausalLM", "mistral": "MistralForCausalLM", "qwen2": "Qwen2ForCausalLM",
                "qwen3": "Qwen3ForCausalLM"}
 
 
+MAX_JSON_BYTES = 64 << 20  # config.json, tokenizer_config.json: kilobytes to a few MiB
+
+
 def read_json(path: Path) -> dict:
     """A JSON object with only finite numbers (a NaN would reach the metrics); BadInput names the file
     and, for a number, its key."""
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError) as exc:
-        raise BadInput(f"{path}: cannot read ({exc})") from None
+        data = json.loads(read_text_file(path, MAX_JSON_BYTES, "a model's JSON file"))
+    except NotText as exc:
+        raise BadInput(f"{path}: {exc.message}") from None
     except json.JSONDecodeError as exc:
         raise BadInput(f"{path}: not JSON ({exc.msg}, line {exc.lineno})") from None
     except RecursionError:

@@ -30,6 +30,9 @@ from batchtop.core_engine.errors import BadInput
 from batchtop.core_engine.model.chat_template import TemplateBroken, TemplateRefused, compile_template, render
 from batchtop.core_engine.model.hf_config import eos_token_ids, read_json
 from batchtop.core_engine.model.text_bound import bytes_per_token
+from batchtop.core_engine.text_files import NotText, read_text_file
+
+MAX_TEMPLATE_BYTES = 16 << 20  # a real chat template is a few KiB
 
 TOKENIZER_FILE = "tokenizer.json"
 TOKENIZER_CONFIG = "tokenizer_config.json"
@@ -104,9 +107,9 @@ class Tokenizer:
         if (d / CHAT_TEMPLATE_FILE).is_file():
             origin = str(d / CHAT_TEMPLATE_FILE)
             try:
-                template = (d / CHAT_TEMPLATE_FILE).read_text(encoding="utf-8")
-            except (OSError, UnicodeDecodeError) as exc:
-                raise BadInput(f"{d / CHAT_TEMPLATE_FILE}: cannot read ({exc})") from None
+                template = read_text_file(d / CHAT_TEMPLATE_FILE, MAX_TEMPLATE_BYTES, "a chat template")
+            except NotText as exc:
+                raise BadInput(f"{d / CHAT_TEMPLATE_FILE}: {exc.message}") from None
         model_config = d / "config.json"
         eos = eos_token_ids(d, read_json(model_config) if model_config.is_file() else {})
         eos_text = _token_text(config.get("eos_token"))

@@ -12,6 +12,7 @@ import torch
 from click.testing import CliRunner
 from safetensors.torch import load_file, save_file
 
+from batchtop.core_engine.errors import BadInput
 from batchtop.core_engine.model import checkpoint
 from batchtop.tui.cli import main
 from tests.support.exits import assert_exit_2
@@ -189,3 +190,11 @@ def test_a_rope_theta_past_a_float_is_exit_2(model_dir):
     path = model_dir / "config.json"
     path.write_text(path.read_text()[:-1] + ', "rope_theta": 1' + "0" * 400 + "}")
     assert_exit_2(headless(model_dir), "'rope_theta' must be a finite number, got an integer of 401 digits")
+
+
+def test_a_chat_template_file_past_its_cap_is_refused_by_its_size(model_dir, monkeypatch):
+    from batchtop.core_engine.model import tokenizer
+    monkeypatch.setattr(tokenizer, "MAX_TEMPLATE_BYTES", 1024)
+    (model_dir / "chat_template.jinja").write_text("{{ messages }}" + " " * 4096)
+    with pytest.raises(BadInput, match=r"chat_template.jinja: .*larger than 1 KiB"):
+        tokenizer.Tokenizer.from_dir(model_dir)
