@@ -17,10 +17,17 @@ suite goes on); with -o the JSON is rewritten after every section, so a run cut 
   same at batch 1 and the largest batch with --enforce-eager, so what the graphs buy is measured.
 - roofline: per model, at batch 1/8/64/256, achieved bytes/s and FLOP/s over the step and the fraction
   of the roof at that intensity (datasheet roofs on known GPUs, measured on a CPU).
+- profile: the top kernels of an eager decode step at batch 1 and 64 on the last model, their share of
+  the device time, and kernels per step (bench/gpu_suite_extra.py).
 - compare: `batchtop compare` (static vs continuous) on the first model, its JSON.
+- compare_held: `batchtop compare` on its default workload (the run that once ended in a CUDA OOM)
+  on the first model while another process holds 4 GiB of the GPU: exit code, speedup, how each
+  run's KV pool was sized.
 - calibration: `batchtop calibrate` on the first model (the what-if model's four constants fitted to
   this device's decode steps at contexts 128 and 512), also written beside -o as SUITE.calibration.json
   for `--calibration`.
+- hf_peer: transformers' continuous batching on the same device, dims and weights (bench/peer_hf.py,
+  256 requests, 64 slots), tok/s beside batchtop's.
 - vllm: bench/peer_vllm.py's throughput mode when this Python imports vllm; else why not.
 Sized to finish within 8 minutes on an H200 (weights are seeded on the device; 6 steps a batch).
 --sections runs some of them only (a rerun of what a cut-short run missed).
@@ -45,10 +52,12 @@ from batchtop.core_engine.engine.engine import Engine
 from batchtop.core_engine.perf.decode_sweep import decode_steps
 from batchtop.core_engine.perf.device_peaks import device_peaks
 from batchtop.core_engine.run.resolve import resolve_config
+from gpu_suite_extra import run_compare_beside_held_memory, run_hf_peer, run_profile
 
 ROOT = Path(__file__).resolve().parent.parent
 ROOFLINE_BATCHES = (1, 8, 64, 256)
-SECTIONS = ("decode_kernel", "prefill_kernel", "tests", "sweep", "roofline", "compare", "calibration", "vllm")
+SECTIONS = ("decode_kernel", "prefill_kernel", "tests", "sweep", "roofline", "profile", "compare", "compare_held",
+            "calibration", "hf_peer", "vllm")
 TESTS = ("tests/kernels/test_gpu.py", "tests/kernels/test_triton_decode.py", "tests/kernels/test_triton_prefill.py",
          "tests/kernels/test_triton_offline_compile.py")
 
@@ -204,10 +213,16 @@ def main() -> None:
         sweeps.append(report[f"sweep_{model}"])
     if "roofline" in chosen:
         section(report, "roofline", lambda: roofline(sweeps), out)
+    if "profile" in chosen:
+        section(report, "profile", lambda: run_profile(models[-1], args.device), out)
     if "compare" in chosen:
         section(report, "compare", lambda: run_compare(models[0], args.device, 240), out)
+    if "compare_held" in chosen:
+        section(report, "compare_held", lambda: run_compare_beside_held_memory(models[0], args.device, 240), out)
     if "calibration" in chosen:
         section(report, "calibration", lambda: run_calibrate(models[0], args.device, 240), out)
+    if "hf_peer" in chosen:
+        section(report, "hf_peer", lambda: run_hf_peer(models[0], args.device, 240), out)
     if "vllm" in chosen:
         section(report, "vllm", lambda: run_vllm(models[0], 300), out)
     report["total_s"] = round(time.perf_counter() - t0, 1)

@@ -27,6 +27,8 @@ Run (about five minutes on 2 CPU cores with the defaults):
 from __future__ import annotations
 
 import argparse
+import inspect
+import json
 import logging
 import os
 import statistics
@@ -90,6 +92,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     p.add_argument("--model", default="cpu-demo", help="core_engine preset (model dims)")
+    p.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
+    p.add_argument("--json", help="also write the results here (tok/s per system, best and median)")
     p.add_argument("--num-requests", type=int, default=64)
     p.add_argument("--max-batch", type=int, default=16,
                    help="max sequences per step: our max_num_seqs, HF max_requests_per_batch, static batch size")
@@ -112,7 +116,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 def engine_config(args: argparse.Namespace) -> EngineConfig:
-    return EngineConfig(model=preset(args.model), device="cpu", dtype=DTYPE, mode="continuous",
+    return EngineConfig(model=preset(args.model), device=args.device, dtype=DTYPE, mode="continuous",
                         max_num_seqs=args.max_batch, max_num_batched_tokens=args.max_batched_tokens,
                         block_size=args.block_size, num_kv_blocks=args.num_kv_blocks, seed=args.seed)
 
@@ -145,6 +149,7 @@ def hf_model_from(engine: Engine) -> torch.nn.Module:
         attention_bias=False, mlp_bias=False, bos_token_id=None, eos_token_id=None, pad_token_id=PAD_ID)
     model = AutoModelForCausalLM.from_config(config, dtype=torch.bfloat16, attn_implementation="sdpa")
     model.load_state_dict(engine.runner.model.state_dict(), strict=True)  # rotary buffers are not persistent
+    model.to(engine.config.device)
     model.generation_config.eos_token_id = None
     model.generation_config.pad_token_id = PAD_ID
     return model.eval()
@@ -171,7 +176,7 @@ def ours_pass(engine: Engine, requests: list[Request]) -> Timed:
 # -- Hugging Face continuous batching -------------------------------------------------------------
 def hf_cb_config(args: argparse.Namespace) -> ContinuousBatchingConfig:
     """Sized like our engine: same block size, pool capacity, per-step token budget and max batch."""
-    return ContinuousBatchingConfig(
+    wanted = dict(
         page_size=args.block_size,
         num_blocks=args.num_kv_blocks,
         max_batch_tokens=args.max_batched_tokens,
@@ -181,6 +186,13 @@ def hf_cb_config(args: argparse.Namespace) -> ContinuousBatchingConfig:
         scheduler_type="fifo",
         seed=0,
     )
+    # the fields' names move between releases: pass those this one has, and say which were left out
+    have = set(getattr(ContinuousBatchingConfig, "__dataclass_fields__", {})) or set(
+        inspect.signature(ContinuousBatchingConfig).parameters)
+    missing = sorted(set(wanted) - have)
+    if missing:
+        print(f"note: this transformers' ContinuousBatchingConfig has no {', '.join(missing)}; left at its defaults")
+    return ContinuousBatchingConfig(**{k: v for k, v in wanted.items() if k in have})
 
 
 def hf_cb_manager(model: torch.nn.Module, args: argparse.Namespace):
@@ -385,6 +397,11 @@ def main(argv: list[str] | None = None) -> None:
         for stats in runs:
             check_lengths(stats, requests)
         print_report(args, requests, runs)
+        if args.json:
+            with open(args.json, "w") as f:
+                json.dump({r.name: {"tok_s_best": r.tokens / r.best_s, "tok_s_median": r.tokens / r.median_s,
+                                    "note": r.note} for r in runs} | {"device": args.device, "model": args.model,
+                                                                      "requests": args.num_requests}, f, indent=2)
 
         if args.profile:
             print_profiles({
