@@ -30,14 +30,17 @@ StepTimer = Callable[[StepCost], tuple[float, float]]  # a step's work -> (host 
 
 
 class RooflineTimer:
-    """The what-if model: calibrated roofline time for the device work, a fixed host cost per step."""
+    """The what-if model: calibrated roofline time plus each decoder layer's latency for the device
+    work, a fixed host cost per step."""
 
-    def __init__(self, peaks: DevicePeaks, calibration: Calibration) -> None:
+    def __init__(self, peaks: DevicePeaks, calibration: Calibration, layers: int = 0) -> None:
         self.peaks = peaks
         self.calibration = calibration
+        self.layers = layers  # the simulated model's decoder layers
 
     def __call__(self, cost: StepCost) -> tuple[float, float]:
-        return self.calibration.step_overhead_s, self.calibration.device_time(cost, self.peaks)
+        cal = self.calibration
+        return cal.step_overhead_s, cal.device_time(cost, self.peaks) + cal.layers_time(self.layers)
 
 
 class NullSampler:

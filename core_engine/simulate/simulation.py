@@ -27,7 +27,8 @@ class Simulation:
     def engine(self, config: EngineConfig) -> Engine:
         """The real engine (scheduler, allocator, policies) over a simulated runner and a virtual clock."""
         clock = VirtualClock()
-        runner = SimulatedRunner(config, clock, RooflineTimer(self.peaks, self.calibration))
+        runner = SimulatedRunner(config, clock, RooflineTimer(self.peaks, self.calibration,
+                                                          config.model.num_hidden_layers))
         return Engine(config, runner=runner, clock=clock)
 
     def as_dict(self) -> dict:

@@ -30,7 +30,7 @@ def test_a_simulated_h200_run_sizes_its_pool_from_141_gib_and_says_it_is_simulat
     sim = m["simulated"]
     assert sim["device"] == "H200" and sim["peaks_source"] == "datasheet:H200"
     assert sim["calibration"] == {"compute_efficiency": 0.6, "memory_efficiency": 0.8, "attention_efficiency": 0.8,
-                                  "step_overhead_s": 0.002, "source": "defaults"}
+                                  "step_overhead_s": 0.002, "layer_latency_s": 0.0, "source": "defaults"}
     assert m["roofline"]["peaks_source"] == "datasheet:H200" and m["config"]["device"] == "cuda"
     assert m["requests"]["completed"] == 12 and m["throughput_tok_s"] > 0 and m["complete"]
     model = preset("gpu-8b")

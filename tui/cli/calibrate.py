@@ -1,4 +1,4 @@
-"""`batchtop calibrate`: fit the what-if model's four constants to steps measured on this device
+"""`batchtop calibrate`: fit the what-if model's five constants to steps measured on this device
 (a short decode sweep at two contexts), or to the steps of a session recorded anywhere (--from-trace)."""
 
 from __future__ import annotations
@@ -77,7 +77,8 @@ def measured_sweep(opts: dict, contexts: list[int]) -> tuple[list[StepSample], D
     peaks = device_peaks(config.device, config.dtype)
     samples = sweep_means(decode_sweep(engine, batches, contexts, steps, opts["rounds"]))
     return samples, peaks, {"device": peaks.device_name, "model": config.model.name, "dtype": config.dtype,
-                            "batches": batches, "contexts": contexts, "steps": steps, "rounds": opts["rounds"],
+                            "layers": config.model.num_hidden_layers, "batches": batches, "contexts": contexts,
+                            "steps": steps, "rounds": opts["rounds"],
                             "torch": torch.__version__, "threads": torch.get_num_threads()}
 
 
@@ -103,17 +104,17 @@ def recorded_steps(path: str) -> tuple[list[StepSample], DevicePeaks, dict]:
     if len({s.cost for s in samples}) < 2:
         raise ConfigError("--from-trace", f"{path}: needs two or more different steps to fit, has {len(samples)}")
     return samples, peaks, {"device": peaks.device_name, "model": config.model.name,
-                            "dtype": config.dtype, "trace": path, "steps": len(samples)}
+                            "layers": config.model.num_hidden_layers, "dtype": config.dtype, "trace": path, "steps": len(samples)}
 
 
-def fit_table(fit: Fit, samples: list[StepSample], peaks: DevicePeaks) -> Table:
+def fit_table(fit: Fit, samples: list[StepSample], peaks: DevicePeaks, layers: int) -> Table:
     table = Table()
     for column in ("batch", "context", "measured ms", "predicted ms", "error"):
         table.add_column(column, justify="right")
     for batch, context in sweep_points(samples):
         mine = [s for s in samples if (s.batch, s.context) == (batch, context)]
         measured, kept = typical_seconds([s.seconds for s in mine])
-        predicted = statistics.mean(predict(fit.calibration, s, peaks) for s, k in zip(mine, kept) if k)
+        predicted = statistics.mean(predict(fit.calibration, s, peaks, layers) for s, k in zip(mine, kept) if k)
         table.add_row(str(batch), "varied" if context is None else str(context), f"{1e3 * measured:.2f}",
                       f"{1e3 * predicted:.2f}", f"{100 * (predicted / measured - 1):+.1f}%")
     return table
@@ -129,7 +130,7 @@ def run_calibrate(opts: dict, output: str) -> None:
                 parse_batches(opts["batches"])
             samples, peaks, fitted_on = measured_sweep(opts, parse_lengths("--context", opts["context"]))
     try:
-        fit = fit_calibration(samples, peaks, source=output, fitted_on=fitted_on)
+        fit = fit_calibration(samples, peaks, source=output, fitted_on=fitted_on, layers=fitted_on["layers"])
     except ValueError as exc:  # steps no model time can fit (all of one size, no work at all)
         fail(f"{'--from-trace' if opts['from_trace'] is not None else 'calibrate'}: {exc}", EXIT_BAD_INPUT)
     for caveat in fit.caveats():  # what these steps could not pin down
@@ -142,4 +143,4 @@ def run_calibrate(opts: dict, output: str) -> None:
     note_written(CALIBRATION_SCHEMA, output)
     console = Console(file=sys.stderr if output == "-" else sys.stdout)
     console.print(f"fitted: {fit.calibration.describe()}", soft_wrap=True, highlight=False)
-    console.print(fit_table(fit, samples, peaks))
+    console.print(fit_table(fit, samples, peaks, fitted_on["layers"]))

@@ -27,13 +27,15 @@ MIN_PLOT_ROWS = 4  # the plot keeps this many rows (and its axis) however long t
 class RooflinePanel(Panel):
     MODELLED = True  # the achieved FLOP/s come from modelled step times
 
-    def __init__(self, peaks: DevicePeaks | None, *, calibration: Calibration | None = None,
+    def __init__(self, peaks: DevicePeaks | None, *, calibration: Calibration | None = None, num_layers: int = 0,
                  id: str | None = "roofline") -> None:
         """calibration: a what-if session's; its "+1 seq" is then the simulated step time of one more row
-        (overhead included, at the calibrated roofs), as the run itself would time it."""
+        (overhead and the `num_layers` decoder layers' latency included, at the calibrated roofs), as the run
+        itself would time it."""
         super().__init__(id=id)
         self.peaks = peaks
         self.calibration = calibration
+        self.num_layers = num_layers
 
     def roofs(self, frame: DashboardFrame | None) -> DevicePeaks | None:
         """The roofs to draw: the live source's newest, else the ones given."""
@@ -70,7 +72,7 @@ class RooflinePanel(Panel):
             return "no decode step yet"
         cost, rows = snap.decode_cost, snap.num_decode_rows
         if self.calibration is not None:
-            extra = self.calibration.marginal_sequence_cost(cost, rows, peaks)
+            extra = self.calibration.marginal_sequence_cost(cost, rows, peaks, self.num_layers)
         else:
             extra = marginal_sequence_cost(cost, rows, peaks.peak_flops, peaks.peak_bytes_per_s)
         step = bound(cost.intensity, peaks.ridge_flop_per_byte)

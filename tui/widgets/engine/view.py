@@ -31,7 +31,8 @@ class EngineView(Vertical):
             yield KVBlocksPanel()
         with Horizontal(id="bottom"):
             yield WaitingPanel(arrivals_label(info.workload))
-            yield RooflinePanel(info.peaks, calibration=sim.calibration if sim else None)
+            yield RooflinePanel(info.peaks, calibration=sim.calibration if sim else None,
+                                num_layers=info.config.model.num_hidden_layers)
             yield DevicePanel(info.config, info.peaks, live=info.live, simulation=sim)
         yield MetricsStrip(id="metrics")
 
