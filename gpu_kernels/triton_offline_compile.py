@@ -131,6 +131,25 @@ def prefill_plan(rows: list[int], contexts: list[int], heads: int, kv_heads: int
     return [plan(q, cache, cache, tables, starts, context_starts, head_dim ** -0.5)[1]]
 
 
+FUSED_ROWS = (1, 2048)  # a decode step of one row; a prefill chunk
+
+
+def fused_plan(rows: int, heads: int, kv_heads: int, head_dim: int, hidden: int, intermediate: int, block_size: int,
+               dtype: torch.dtype) -> list:
+    """triton_fused's three launches for `rows` tokens of a model with these dims (qk a view of the fused qkv)."""
+    from batchtop.gpu_kernels import triton_fused
+    meta = {"device": "meta"}
+    x = torch.empty(rows, hidden, dtype=dtype, **meta)
+    qkv = torch.empty(rows, heads + 2 * kv_heads, head_dim, dtype=dtype, **meta)
+    cache = torch.empty(rows // block_size + 2, block_size, kv_heads, head_dim, dtype=dtype, **meta)
+    table = torch.empty(8192, head_dim, dtype=torch.float32, **meta)
+    index = torch.empty(rows, dtype=torch.int64, **meta)
+    return (triton_fused.plan_add_rmsnorm(x, torch.empty_like(x), torch.empty(hidden, dtype=dtype, **meta), 1e-5)
+            + triton_fused.plan_rope_and_store_kv(qkv[:, :heads + kv_heads], qkv[:, heads + kv_heads:], table, index,
+                                                  cache, cache, index, heads)
+            + triton_fused.plan_silu_mul(torch.empty(rows, 2 * intermediate, dtype=dtype, **meta))[1])
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--arch", type=int, default=90, help="compute capability x 10 [default: 90, an H100/H200]")
@@ -142,12 +161,15 @@ def main() -> None:
     ap.add_argument("--block-size", type=int, default=16)
     ap.add_argument("--context", type=int, default=8192, help="the table width, in tokens [default: 8192]")
     ap.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float16", "float32"])
+    ap.add_argument("--hidden", type=int, default=4096, help="hidden size, for the fused kernels [default: 4096]")
+    ap.add_argument("--intermediate", type=int, default=14336, help="MLP width, for silu_mul [default: 14336]")
     ap.add_argument("--kernels", default="decode",
-                    help="comma-separated: decode (at --batches), prefill (at " + ", ".join(PREFILL_SHAPES) + ")")
+                    help="comma-separated: decode (at --batches), prefill (at " + ", ".join(PREFILL_SHAPES) + "), "
+                         "fused (triton_fused's elementwise kernels at " + ", ".join(map(str, FUSED_ROWS)) + " rows)")
     args = ap.parse_args()
     kinds = [k.strip() for k in args.kernels.split(",") if k.strip()]
-    if not kinds or set(kinds) - {"decode", "prefill"}:
-        ap.error(f"--kernels: {args.kernels!r}: choose from decode, prefill")
+    if not kinds or set(kinds) - {"decode", "prefill", "fused"}:
+        ap.error(f"--kernels: {args.kernels!r}: choose from decode, prefill, fused")
     if os.environ.get("TRITON_INTERPRET") == "1":
         sys.exit("triton_offline_compile: unset TRITON_INTERPRET (the interpreter replaces the compiler)")
     dtype = getattr(torch, args.dtype)
@@ -159,6 +181,9 @@ def main() -> None:
                     if "prefill" in kinds
                     for result in compile_plan(prefill_plan(rows, contexts, args.heads, args.kv_heads, args.head_dim,
                                                             args.block_size, dtype), args.arch)]
+        results += [{"rows": rows, **result} for rows in FUSED_ROWS if "fused" in kinds
+                    for result in compile_plan(fused_plan(rows, args.heads, args.kv_heads, args.head_dim, args.hidden,
+                                                          args.intermediate, args.block_size, dtype), args.arch)]
     except (ImportError, AttributeError, TypeError, OSError, subprocess.CalledProcessError) as exc:
         detail = (exc.stderr or "").strip()[-500:] if isinstance(exc, subprocess.CalledProcessError) else ""
         print(json.dumps({"error": f"this Triton cannot compile for sm_{args.arch} offline: "
