@@ -3,6 +3,7 @@ the per-step tables they read, built once before the first layer."""
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from typing import Protocol
 
 import torch
@@ -26,7 +27,7 @@ class StepBatch(Protocol):
     prepared: bool
 
 
-class AttentionBackend:
+class AttentionBackend(ABC):
     """One implementation of paged attention. A subclass sets `name`, says where it runs (`usable`) and
     computes `decode`; it may replace `prefill` (the default is the batched SDPA call) and `forward`."""
 
@@ -35,8 +36,9 @@ class AttentionBackend:
     captures_decode_graphs = False  # decode reads no host-side size: one CUDA graph serves any context
 
     @classmethod
+    @abstractmethod
     def usable(cls, device: torch.device, dtype: torch.dtype, head_dim: int) -> bool:
-        raise NotImplementedError
+        """Whether this implementation runs for this device, dtype and head size."""
 
     def prepare(self, batch: StepBatch) -> None:
         """Once per step, before the first layer: the tables every layer reads (idempotent)."""
@@ -45,11 +47,11 @@ class AttentionBackend:
                 batch.prefill_plan = self._plan(batch)
             batch.prepared = True
 
+    @abstractmethod
     def decode(self, q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, block_tables: torch.Tensor,
                context_lens: torch.Tensor, scale: float, mask: torch.Tensor | None = None) -> torch.Tensor:
         """One query row per sequence (B, nh, hd) over its first context_lens[b] keys; mask: the dense
         decode mask where this backend reads one."""
-        raise NotImplementedError
 
     def prefill(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, k_cache: torch.Tensor,
                 v_cache: torch.Tensor, plan: PrefillPlan, scale: float) -> torch.Tensor:

@@ -189,7 +189,7 @@ def test_a_model_directorys_chat_template_that_is_not_utf8_is_bad_input(tmp_path
     out = tmp_path / "m.json"
     result = CliRunner().invoke(main, ["--headless", "--model", str(model), "--device", "cpu", "--num-requests", "2",
                                        "--time-scale", "0", "-o", str(out)])
-    assert_bad_input(result, f"{model / 'chat_template.jinja'}: cannot read")
+    assert_bad_input(result, f"{model / 'chat_template.jinja'}: not UTF-8 text (byte 0xff at column 15)")
 
 
 @pytest.mark.parametrize("at", ["NaN", "Infinity"])
