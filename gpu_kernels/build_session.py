@@ -65,6 +65,8 @@ def end_with_parent(parent: int) -> None:
     """(The child) when `parent` is gone, end this build's session, this process last."""
     if not hasattr(os, "getsid"):  # no sessions (Windows): the build runs to its end or its timeout
         return
+    if os.getsid(0) != os.getpid():  # not started as a session of its own: its session is not the build's
+        return
 
     def watch() -> None:
         while os.getppid() == parent:
