@@ -38,7 +38,7 @@ def memory_need(config: EngineConfig) -> MemoryNeed:
     tokens, seqs = config.max_num_batched_tokens, config.max_num_seqs
     # a GPU pool sized after a profiling forward (worker/kv_pool_sizing.py) gets what is left, its
     # num_kv_blocks only a ceiling: what it needs for certain is one block (and the scratch one)
-    sized_later = config.device == "cuda" and getattr(config, "gpu_memory_utilization", None) is not None
+    sized_later = config.device == "cuda" and config.gpu_memory_utilization is not None
     blocks = 1 if sized_later else config.num_kv_blocks
     kv_pool = 2 * m.num_hidden_layers * (blocks + 1) * config.block_size * m.kv_dim * elem
     copies = 2 if config.device == "cuda" else 1  # the staged inputs: a pinned host buffer and its device copy

@@ -15,7 +15,8 @@ from batchtop.core_engine.torch_thread import call_in_thread
 from batchtop.gpu_kernels import cpu_kernels
 from batchtop.tui.cli.flags import user_message
 from batchtop.tui.cli.headless import build_engine, load_peaks, pace_workload
-from batchtop.tui.cli.options import EXIT_BAD_INPUT, Setup, bad_input_exits, build_setup, fail
+from batchtop.tui.cli.options import EXIT_BAD_INPUT, bad_input_exits, fail
+from batchtop.tui.cli.run_setup import Setup, build_setup
 
 
 def run_dashboard(opts: dict, *, theme: str = "batchtop-dark", start_paused: bool = False) -> None:

@@ -152,15 +152,3 @@ def exits_on_bad_input(func: Callable) -> Callable:
         with bad_input_exits():
             return func(*args, **kwargs)
     return wrapper
-
-
-_SETUP_NAMES = ("Setup", "build_setup", "check_run_outputs", "workload_info")
-
-
-def __getattr__(name: str):
-    """Setup and friends moved to run_setup.py (it imports torch); a command that still imports them
-    from here gets them, loaded on first use rather than at --help."""
-    if name in _SETUP_NAMES:
-        import batchtop.tui.cli.run_setup as run_setup
-        return getattr(run_setup, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -22,7 +22,8 @@ from batchtop.core_engine.serve.status_log import StatusLog
 from batchtop.core_engine.run.session import Session
 from batchtop.core_engine.torch_thread import call_in_thread
 from batchtop.tui.cli.headless import build_engine, load_peaks, note
-from batchtop.tui.cli.options import EXIT_ENGINE_FAILURE, Setup, bad_input_exits, build_setup, workload_info
+from batchtop.tui.cli.options import EXIT_ENGINE_FAILURE, bad_input_exits
+from batchtop.tui.cli.run_setup import Setup, build_setup, workload_info
 
 EXIT_SIGTERM = 128 + signal.SIGTERM
 
