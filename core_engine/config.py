@@ -5,8 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 
 from batchtop.core_engine.errors import ConfigError
+from batchtop.core_engine.sched.policies import DEFAULT_MODE, mode_names, mode_problem
 
-MODES = ("continuous", "static")
+MODES = mode_names()  # the scheduling policies' names, from their one registry (sched/policies.py)
 MAX_NUM_SEQS_LIMIT = 4096  # the most slots the keys (and the CLI) can ask for
 MAX_SEED = 2**64 - 1  # torch.manual_seed's range
 
@@ -172,7 +173,7 @@ class EngineConfig:
     model: ModelConfig
     device: str = "cpu"
     dtype: str = "float32"
-    mode: str = "continuous"
+    mode: str = DEFAULT_MODE
     max_num_seqs: int = 16  # slots: the most sequences running at once
     max_num_batched_tokens: int = 256  # token budget of one forward step (prefill chunks + decodes)
     block_size: int = 16  # tokens per KV block
@@ -197,8 +198,8 @@ class EngineConfig:
             raise ConfigError("seed", f"must be an integer in 0..2**64-1, got {self.seed!r}")
         if not isinstance(self.enable_prefix_caching, bool):
             raise ConfigError("enable_prefix_caching", f"must be true or false, got {self.enable_prefix_caching!r}")
-        if self.mode not in MODES:
-            raise ConfigError("mode", f"must be one of {', '.join(MODES)}, got {self.mode!r}")
+        if (problem := mode_problem(self.mode)) is not None:  # the registry now: a test may register a policy
+            raise ConfigError("mode", problem)
         if self.device not in ("cpu", "cuda"):
             raise ConfigError("device", f"must be cpu or cuda once resolved, got {self.device!r}")
 

@@ -178,10 +178,6 @@ def json_text(doc: dict) -> str:
     return json.dumps(json_safe(doc), indent=2, sort_keys=False, allow_nan=False) + "\n"
 
 
-def write_json(doc: dict, path: str | None) -> None:
-    write_text(json_text(doc), path)
-
-
 def deliver_json(doc: dict, path: str | None) -> bool:
     """Write a run's result; when that fails (disk full, a closed pipe) the document goes to stderr
     instead, with the error naming the path, so the run is never lost. False: the caller exits 1."""

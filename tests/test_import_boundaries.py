@@ -80,7 +80,7 @@ def test_the_headless_attach_path_never_imports_textual():
     import batchtop.core_engine.attach as attach
     modules = ["batchtop.tui.cli", "batchtop.tui.cli.attach", "batchtop.tui.cli.attach_replay",
                "batchtop.tui.cli.replay", *all_modules(attach)]
-    assert "batchtop.core_engine.attach.scrape" in modules
+    assert "batchtop.core_engine.attach.scrape.scrape" in modules
     assert loaded_after_importing(modules, ("textual",)) == []
 
 

@@ -7,11 +7,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from batchtop.core_engine.attach.histogram import merge_all
-from batchtop.core_engine.attach.roofline_point import RooflinePoint
-from batchtop.core_engine.attach.scrape import LIVE
+from batchtop.core_engine.attach.scrape.histogram import merge_all
+from batchtop.core_engine.perf.roofline_point import RooflinePoint
+from batchtop.core_engine.attach.scrape.scrape import LIVE
 from batchtop.core_engine.attach.stats import ReplicaStats, latency_table
-from batchtop.core_engine.attach.window import Delta
+from batchtop.core_engine.attach.scrape.delta import Delta
 
 # metric -> (how to read it off a replica, the smallest difference from the mean worth a line, format)
 IMBALANCE_METRICS = {

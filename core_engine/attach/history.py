@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from batchtop.core_engine.attach.histogram import Histogram
-from batchtop.core_engine.attach.roofline_point import RooflinePoint
+from batchtop.core_engine.attach.scrape.histogram import Histogram
+from batchtop.core_engine.perf.roofline_point import RooflinePoint
 from batchtop.core_engine.attach.stats import ReplicaStats
-from batchtop.core_engine.attach.window import Delta
+from batchtop.core_engine.attach.scrape.delta import Delta
 
 
 @dataclass(frozen=True, slots=True)

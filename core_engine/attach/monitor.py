@@ -1,24 +1,24 @@
-"""The attach loop's state: a window per replica, fed by live scrapes or by a recording, and the frame
-every consumer reads (the dashboard, the headless JSON, the replay): per-replica stats, the
-aggregate, the imbalance, the verdict on what bounds the batch, and a short history of the signals
-behind it (which the strip charts draw too).
+"""The attach loop's state: a window per replica, fed by live scrapes (watch.py) or by a recording, and
+the frame every consumer reads (the dashboard, the headless JSON, the replay): per-replica stats, the
+aggregate, the imbalance, the verdict on what bounds the batch, a short history of the signals behind
+it (which the strip charts draw too), and what the panels show worked out from them (readings.py).
 """
 
 from __future__ import annotations
 
-import dataclasses
 from collections import deque
 from dataclasses import dataclass
 
 from batchtop.core_engine.attach.aggregate import Imbalance, aggregate, imbalances, merge_deltas
 from batchtop.core_engine.attach.history import HistoryPoint, history_point
-from batchtop.core_engine.attach.left_out import LeftOut
+from batchtop.core_engine.attach.readings import MainReadings, main_readings, with_readings
+from batchtop.core_engine.attach.verdict.left_out import LeftOut
 from batchtop.core_engine.attach.roofline_point import ModelEstimate
-from batchtop.core_engine.attach.scrape import ScrapeResult
+from batchtop.core_engine.attach.scrape.scrape import ScrapeResult
 from batchtop.core_engine.attach.stats import ReplicaStats, build_stats
 from batchtop.core_engine.attach.window import ReplicaWindow
-from batchtop.core_engine.attach.verdict import Verdict
-from batchtop.core_engine.attach.verdict_tracker import VerdictTracker
+from batchtop.core_engine.attach.verdict.verdict import Verdict
+from batchtop.core_engine.attach.verdict.verdict_tracker import VerdictTracker
 
 HISTORY = 240  # intervals the strip charts, the roofline trail and the verdict remember
 __all__ = ["AttachFrame", "HistoryPoint", "Monitor"]
@@ -32,6 +32,7 @@ class AttachFrame:
     aggregate: ReplicaStats
     imbalances: tuple[Imbalance, ...]
     history: tuple[HistoryPoint, ...]
+    readings: MainReadings
     verdict: Verdict | None = None
 
     @property
@@ -62,18 +63,27 @@ class Monitor:
             window.add(result)
             self.left_out.saw(self.tick, t, window.url, window.status, window.reason)
         self.t = t
-        frame = self.frame()
+        stats, agg, found = self._stats()
+        main = stats[0] if len(stats) == 1 else agg
         intervals = [w.interval() for w in self.windows]
         main_interval = intervals[0] if len(intervals) == 1 else merge_deltas([d for d in intervals if d is not None])
-        self._history.append(history_point(t, frame.main, main_interval))
-        history = tuple(self._history)
-        self.verdict = self.left_out.applied(self.tracker.update(history), self.tick, t)
-        return dataclasses.replace(frame, history=history, verdict=self.verdict)
+        self._history.append(history_point(t, main, main_interval))
+        self.verdict = self.left_out.applied(self.tracker.update(tuple(self._history)), self.tick, t)
+        return self._frame(stats, agg, found)
 
     def frame(self) -> AttachFrame:
-        stats = [build_stats(w.url, w.status, w.reason, w.latest, w.interval(), w.window(),
-                             user_max_num_seqs=self.max_num_seqs, estimate=self.estimate, resets=w.resets)
+        return self._frame(*self._stats())
+
+    def _stats(self) -> tuple[list[ReplicaStats], ReplicaStats, tuple[Imbalance, ...]]:
+        stats = [with_readings(build_stats(w.url, w.status, w.reason, w.latest, w.interval(), w.window(),
+                                           user_max_num_seqs=self.max_num_seqs, estimate=self.estimate,
+                                           resets=w.resets))
                  for w in self.windows]
-        agg = aggregate(stats, [w.window() for w in self.windows], [w.interval() for w in self.windows])
-        return AttachFrame(self.t, self.tick, tuple(stats), agg, tuple(imbalances(stats)), tuple(self._history),
-                           self.verdict)
+        agg = with_readings(aggregate(stats, [w.window() for w in self.windows], [w.interval() for w in self.windows]))
+        return stats, agg, tuple(imbalances(stats))
+
+    def _frame(self, stats: list[ReplicaStats], agg: ReplicaStats, found: tuple[Imbalance, ...]) -> AttachFrame:
+        history = tuple(self._history)
+        main = stats[0] if len(stats) == 1 else agg
+        return AttachFrame(self.t, self.tick, tuple(stats), agg, found, history,
+                           main_readings(main, self.verdict, history, found), self.verdict)

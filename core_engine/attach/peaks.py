@@ -10,7 +10,7 @@ below what the CPU does. Where the kernels cannot run, the note says the roofs a
 
 from __future__ import annotations
 
-from batchtop.core_engine.attach.scrape import is_loopback, metrics_url
+from batchtop.core_engine.attach.scrape.scrape import is_loopback, metrics_url
 from batchtop.core_engine.errors import ConfigError
 from batchtop.core_engine.perf.device_peaks import DevicePeaks, datasheet_peaks, device_peaks
 from batchtop.core_engine.perf.telemetry import NvmlReader

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from batchtop.core_engine.attach.coverage import coverage
 from batchtop.core_engine.attach.monitor import AttachFrame, Monitor
+from batchtop.core_engine.attach.servers import MIXED
 from batchtop.core_engine.attach.stats import ReplicaStats
 from batchtop.core_engine.perf.device_peaks import DevicePeaks
 
@@ -26,11 +26,11 @@ def stats_doc(s: ReplicaStats, peaks: DevicePeaks | None) -> dict:
 
 
 def cannot_fill(s: ReplicaStats) -> dict[str, str] | None:
-    """What this server's metrics leave empty, in the panels' words; the ceiling counts as filled when
-    the server said it (llama.cpp's /slots answers on most servers, not all)."""
-    if s.flavour is None or s.flavour == "mixed":
-        return None  # no answer yet, or replicas of different servers ("mixed")
-    return {what: why for what, why in coverage(s.flavour).items() if why and not (what == "ceiling" and s.ceiling_from)}
+    """What this server's metrics leave empty, in the panels' words (the monitor's reading); None with
+    no answer yet, or for replicas of different servers ("mixed")."""
+    if s.flavour is None or s.flavour == MIXED:
+        return None
+    return dict(s.cannot_fill)
 
 
 def attach_report(monitor: Monitor, frame: AttachFrame, *, interval_s: float, peaks: DevicePeaks | None,

@@ -1,4 +1,4 @@
-"""Where a live server sits on the roofline, per interval.
+"""Where a live server sits on the roofline, per interval (a RooflinePoint of core_engine/perf).
 
 Measured: vLLM's own counters, intensity = delta(estimated_flops) / delta(estimated_read_bytes) and
 achieved FLOP/s = delta(estimated_flops) / dt (vLLM fills them only with --enable-mfu-metrics;
@@ -12,34 +12,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from batchtop.core_engine.attach.histogram import Histogram
+from batchtop.core_engine.attach.scrape.histogram import Histogram
 from batchtop.core_engine.attach.window import Delta
 from batchtop.core_engine.config import ModelConfig
-from batchtop.core_engine.perf.device_peaks import DevicePeaks
-from batchtop.core_engine.perf import roofline
+from batchtop.core_engine.perf.roofline_point import RooflinePoint, believable
 from batchtop.core_engine.model.cost import Chunk, step_cost
 
 MFU_HINT = "vLLM fills estimated_flops/read_bytes only with --enable-mfu-metrics"
-BELIEVABLE = (1e-30, 1e30)  # FLOP/byte and FLOP/s of any real machine lie far inside; the chart's logs need finite
-
-
-@dataclass(frozen=True, slots=True)
-class RooflinePoint:
-    intensity: float  # FLOP per byte
-    flops_per_s: float
-    source: str  # "measured" (the server's counters) or "estimated" (token rates x the FLOP/byte model)
-
-    def fraction_of_roof(self, peaks: DevicePeaks) -> float:
-        return self.flops_per_s / peaks.roof(self.intensity)
-
-    def bound(self, peaks: DevicePeaks) -> str:
-        return roofline.bound(self.intensity, peaks.ridge_flop_per_byte)
-
-    def as_dict(self, peaks: DevicePeaks | None) -> dict:
-        out = {"intensity_flop_per_byte": self.intensity, "flops_per_s": self.flops_per_s, "source": self.source}
-        if peaks is not None:
-            out.update(bound=self.bound(peaks), fraction_of_roof=self.fraction_of_roof(peaks))
-        return out
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,11 +43,6 @@ def measured_point(d: Delta) -> tuple[RooflinePoint | None, str | None]:
         return None, f"FLOP/byte counters beyond any real server ({point.intensity:.3g} FLOP/B, " \
                      f"{point.flops_per_s:.3g} FLOP/s)"
     return point, None
-
-
-def believable(point: RooflinePoint) -> bool:
-    lo, hi = BELIEVABLE
-    return lo <= point.intensity <= hi and lo <= point.flops_per_s <= hi
 
 
 def _mean(hist: Histogram | None, fallback: float) -> float:

@@ -8,9 +8,9 @@ diluted by those 20 s. Quiet intervals between requests stay: they are the traff
 
 from __future__ import annotations
 
-from batchtop.core_engine.attach.histogram import Histogram
-from batchtop.core_engine.attach.sample import ReplicaSample
-from batchtop.core_engine.attach.delta import Delta
+from batchtop.core_engine.attach.scrape.histogram import Histogram
+from batchtop.core_engine.attach.scrape.sample import ReplicaSample
+from batchtop.core_engine.attach.scrape.delta import Delta
 
 
 def _add(a: dict[str, float], b: dict[str, float]) -> dict[str, float]:

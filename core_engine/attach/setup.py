@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from batchtop.core_engine.attach.monitor import Monitor
-from batchtop.core_engine.attach.record import AttachRecorder, attach_header
+from batchtop.core_engine.attach.record.record import AttachRecorder, attach_header
 from batchtop.core_engine.attach.roofline_point import ModelEstimate
 from batchtop.core_engine.perf.device_peaks import DevicePeaks
 

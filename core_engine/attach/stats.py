@@ -9,10 +9,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from batchtop.core_engine.attach.histogram import Histogram
-from batchtop.core_engine.attach.roofline_point import ModelEstimate, RooflinePoint, estimated_point, measured_point
-from batchtop.core_engine.attach.sample import ReplicaSample, Slot
-from batchtop.core_engine.attach.window import Delta
+from batchtop.core_engine.attach.scrape.histogram import Histogram
+from batchtop.core_engine.attach.roofline_point import ModelEstimate, estimated_point, measured_point
+from batchtop.core_engine.perf.roofline_point import RooflinePoint
+from batchtop.core_engine.attach.scrape.sample import ReplicaSample, Slot
+from batchtop.core_engine.attach.scrape.delta import Delta
 
 LATENCIES = ("ttft", "itl", "e2e", "queue_time")
 QUANTILES = {"p50": 0.50, "p95": 0.95, "p99": 0.99}
@@ -46,6 +47,10 @@ class ReplicaStats:
     token_budget: int | None = None
     slots: tuple[Slot, ...] | None = None
     note: str | None = None
+    # the monitor's readings for the panels (readings.py): what its server leaves empty, in the panels'
+    # words, and the prefix cache's hit rate over the window
+    cannot_fill: dict[str, str] = field(default_factory=dict)
+    prefix_cache: str = "not exposed"
 
     @property
     def success_rate(self) -> float | None:

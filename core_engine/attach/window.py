@@ -11,14 +11,11 @@ from __future__ import annotations
 import math
 from collections import deque
 
-from batchtop.core_engine.attach.delta import Delta, delta
-from batchtop.core_engine.attach.plausible import first_backwards, restarted, sample_problem, same_process
-from batchtop.core_engine.attach.sample import ReplicaSample
-from batchtop.core_engine.attach.scrape import BAD, DOWN, LIVE, ScrapeResult
+from batchtop.core_engine.attach.scrape.delta import Delta, delta
+from batchtop.core_engine.attach.scrape.plausible import first_backwards, restarted, sample_problem, same_process
+from batchtop.core_engine.attach.scrape.sample import ReplicaSample
+from batchtop.core_engine.attach.scrape.scrape import BAD, DOWN, LIVE, ScrapeResult
 from batchtop.core_engine.attach.session import SessionTotals
-
-__all__ = ["Delta", "ReplicaWindow", "delta"]
-
 
 FLAP_RESETS, FLAP_SCRAPES = 3, 10  # this many restarts within this many scrapes: not one server
 

@@ -1,4 +1,5 @@
-"""The engine: one step() = drain controls -> admit arrivals -> schedule -> forward -> postprocess.
+"""The engine: one step() = drain controls -> admit arrivals -> schedule -> forward -> the scheduler's
+update (tokens, stops, frees) -> publish a snapshot.
 
 Thread model: one thread owns the engine and calls step(); any thread may call submit() and read
 `latest` (a frozen StepSnapshot swapped in by reference after every step).
@@ -10,22 +11,25 @@ import heapq
 import queue
 import time
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 
 from batchtop.core_engine.engine import control
-from batchtop.core_engine.config import MODES, EngineConfig, max_num_seqs_cap
+from batchtop.core_engine.config import EngineConfig, max_num_seqs_cap
 from batchtop.core_engine.engine.arrivals import ArrivalQueue, TimedFeed, WorkloadFeed
 from batchtop.core_engine.engine.validation import validate_max_num_seqs, validate_request
 from batchtop.core_engine.errors import InvalidRequest
 from batchtop.core_engine.sched.kv_cache import BlockAllocator, BlockManager
-from batchtop.core_engine.sched.request import FinishReason, Request, Sequence
+from batchtop.core_engine.sched.request import Request, Sequence
 from batchtop.core_engine.model.cost import Chunk, step_cost
 from batchtop.core_engine.worker.kernel_switch import switch_in_built_kernels
 from batchtop.core_engine.worker.model_runner import ModelRunner
-from batchtop.core_engine.sched import Scheduler, SchedulerOutput, make_policy
+from batchtop.core_engine.sched import Scheduler, SchedulerOutput, make_policy, policy_class
+from batchtop.core_engine.sched.policies import next_mode
 from batchtop.core_engine.engine.step_runner import StepRunner
 from batchtop.core_engine.engine.snapshot import Counters, FinishedRequest, StepSnapshot, WaitingView
 from batchtop.core_engine.model.cost import StepCost
-from batchtop.core_engine.engine.snapshot_builder import StepEvents, StepTimes, build_snapshot, settle, slot_occupants
+from batchtop.core_engine.engine.snapshot_builder import (Occupant, StepEvents, StepTimes, build_snapshot, settle,
+                                                           slot_occupants)
 
 class Engine:
     def __init__(self, config: EngineConfig, runner: StepRunner | None = None,
@@ -38,9 +42,8 @@ class Engine:
         self.allocator = BlockAllocator(config.num_kv_blocks, config.block_size, config.enable_prefix_caching)
         self.block_manager = BlockManager(self.allocator)
         self.scheduler = Scheduler(self.block_manager, make_policy(config.mode), config.max_num_seqs,
-                                   config.max_num_batched_tokens)
+                                   config.max_num_batched_tokens, frozenset(config.model.eos_token_ids))
         self._clock = clock
-        self._eos_ids = frozenset(config.model.eos_token_ids)  # empty for the random presets
         self._controls: queue.SimpleQueue[control.Command] = queue.SimpleQueue()
         self.feed: WorkloadFeed = TimedFeed()  # when the workload's requests arrive (a pacer may replace it)
         self.latest: StepSnapshot | None = None
@@ -120,8 +123,8 @@ class Engine:
     # -- control --------------------------------------------------------------------------------
     def submit(self, command: control.Command) -> None:
         """Thread-safe; validated here so a bad command fails in the caller, not in the engine."""
-        if isinstance(command, control.SetMode) and command.mode not in MODES:
-            raise ValueError(f"mode must be one of {', '.join(MODES)}, got {command.mode!r}")
+        if isinstance(command, control.SetMode):
+            policy_class(command.mode)  # raises ValueError naming the registered modes
         if isinstance(command, control.SetMaxNumSeqs):
             validate_max_num_seqs(command.value, self.config.max_num_batched_tokens)
         self._controls.put(command)
@@ -143,7 +146,7 @@ class Engine:
                 self.scheduler.policy = make_policy(cmd.mode)
             self.step_controls.append(("mode", cmd.mode))
         elif isinstance(cmd, control.ToggleMode):
-            self.apply(control.SetMode("static" if self.mode == "continuous" else "continuous"))
+            self.apply(control.SetMode(next_mode(self.mode)))
         elif isinstance(cmd, control.SetMaxNumSeqs):
             self.scheduler.max_num_seqs = validate_max_num_seqs(cmd.value, self.config.max_num_batched_tokens)
             self.step_controls.append(("max_num_seqs", cmd.value))
@@ -185,72 +188,55 @@ class Engine:
     def step(self) -> StepSnapshot:
         """Run one forward step. When there is nothing to run (idle until the next arrival) the
         snapshot is a view between steps: `is_step` is False and it carries only what changed."""
-        t_start = self._clock()
+        marks = [self._clock()]  # start, scheduled, prepared, forward done, updated
+        self._begin_step(marks[0])
+        plan = self.scheduler.schedule()
+        marks.append(self._clock())
+        if plan.is_empty:
+            return self._nothing_to_run()
+        batch = self.runner.prepare(plan)
+        costs = plan_costs(self.config, plan, len(batch.logits_rows))  # read before the update moves the plan on
+        marks.append(self._clock())
+        sampled = self.runner.run(batch)
+        marks.append(self._clock())
+        occupants = slot_occupants(self.scheduler.running, plan)
+        finished = self.scheduler.update_from_output(plan, sampled, self.now())
+        marks.append(self._clock())
+        return self._end_step(plan, sampled, finished, occupants, costs, marks)
+
+    def _begin_step(self, t_start: float) -> None:
         self.apply_pending()  # may hold a Reset, which restarts the run clock
         if switch_in_built_kernels(self.runner):  # built in the background: from this step on (see the trace)
             self.step_controls.append(("cpu_kernels", "in"))
         if self._t0 is None:
             self._t0 = t_start
         self._admit_arrivals()
-        plan = self.scheduler.schedule()
-        t_sched = self._clock()
-        if plan.is_empty:
-            if self.scheduler.has_unfinished():  # a bug, never a state to wait in: fail loudly, not hang
-                raise RuntimeError(f"scheduler made no progress with {len(self.scheduler.waiting)} waiting "
-                                   f"and {len(self.scheduler.running)} running")
-            return self.snapshot()
-        assert plan.token_budget is None or plan.num_tokens <= plan.token_budget, "token budget overrun"
-        batch = self.runner.prepare(plan)
-        # the runner decides which rows reach the lm_head (sampled rows, static padding rows)
-        cost = step_cost(self.config.model, self.config.dtype, plan_chunks(plan),
-                         num_logit_rows=len(batch.logits_rows))
-        num_prefill = sum(n for seq, n in plan.scheduled if seq.is_prefill)
-        decode_cost = decode_rows_cost(self.config, plan) if num_prefill else cost
-        t_prep = self._clock()
-        sampled = self.runner.run(batch)
-        t_fwd = self._clock()
-        occupants = slot_occupants(self.scheduler.running, plan)
-        finished = self._postprocess(plan, sampled)
-        t_end = self._clock()
+
+    def _nothing_to_run(self) -> StepSnapshot:
+        if self.scheduler.has_unfinished():  # a bug, never a state to wait in: fail loudly, not hang
+            raise RuntimeError(f"scheduler made no progress with {len(self.scheduler.waiting)} waiting "
+                               f"and {len(self.scheduler.running)} running")
+        return self.snapshot()
+
+    def _end_step(self, plan: SchedulerOutput, sampled: list[tuple[Sequence, int]], finished: list[Sequence],
+                  occupants: list[Occupant], costs: PlanCosts, marks: list[float]) -> StepSnapshot:
+        """Let go of the finished requests, count the step and publish its snapshot."""
+        for seq in finished:
+            self._live.pop(seq.id, None)
+            self.runner.sampler.forget(seq)
+        self._count(steps=1, completed=len(finished), preemptions=len(plan.preempted),
+                    prompt_tokens=sum(s.prompt_len for s in plan.admitted if s.num_preemptions == 0),
+                    generated_tokens=len(sampled), computed_tokens=plan.num_tokens,
+                    prompt_padding_tokens=plan.num_prompt_padding, prefix_queries=plan.prefix_queries,
+                    prefix_hits=plan.prefix_hits, cached_tokens=plan.cached_tokens)
+        t_start, t_sched, t_prep, t_fwd, t_end = marks
         times = StepTimes(t_end - t_start, t_sched - t_start, t_prep - t_sched, t_fwd - t_prep)
-        snap = self._publish(plan, finished, step=self.counters.steps, t=t_end - self._t0, times=times,
-                             cost=cost, decode_cost=decode_cost, occupants=settle(occupants),
-                             num_prefill_tokens=num_prefill,
+        snap = self._publish(plan, [_finished_record(seq) for seq in finished], step=self.counters.steps,
+                             t=t_end - self._t0, times=times, cost=costs.cost, decode_cost=costs.decode_cost,
+                             occupants=settle(occupants), num_prefill_tokens=costs.num_prefill_tokens,
                              new_tokens=tuple((seq.id, token) for seq, token in sampled))
         self.feed.observe(snap)
         return snap
-
-    def _postprocess(self, plan: SchedulerOutput, sampled: list[tuple[Sequence, int]]) -> list[FinishedRequest]:
-        now = self.now()
-        num_prompt = sum(s.prompt_len for s in plan.admitted if s.num_preemptions == 0)
-        for seq, n in plan.scheduled:
-            seq.num_computed_tokens += n
-        finished: list[FinishedRequest] = []
-        for seq, token in sampled:
-            seq.token_ids.append(token)
-            if seq.first_token_s is None:
-                seq.first_token_s = now
-            reason = self._stop_reason(seq, token)
-            if reason is not None:
-                seq.finish_s = now
-                self.scheduler.finish(seq, reason)
-                self._live.pop(seq.id, None)
-                self.runner.sampler.forget(seq)
-                finished.append(_finished_record(seq))
-        self.scheduler.end_step()
-        self._count(steps=1, completed=len(finished), preemptions=len(plan.preempted),
-                    prompt_tokens=num_prompt, generated_tokens=len(sampled),
-                    computed_tokens=plan.num_tokens, prompt_padding_tokens=plan.num_prompt_padding,
-                    prefix_queries=plan.prefix_queries, prefix_hits=plan.prefix_hits,
-                    cached_tokens=plan.cached_tokens)
-        return finished
-
-    def _stop_reason(self, seq: Sequence, token: int) -> FinishReason | None:
-        if token in self._eos_ids and not seq.request.sampling.ignore_eos:  # the EOS token stays in the output
-            return FinishReason.STOP
-        if seq.num_output_tokens >= seq.max_tokens:
-            return FinishReason.LENGTH
-        return None
 
     def snapshot(self) -> StepSnapshot:
         """A view of the current state between steps (after a control change, while idle)."""
@@ -270,6 +256,21 @@ class Engine:
     @property
     def num_pending_arrivals(self) -> int:
         return len(self._arrivals) + len(self.feed)
+
+
+@dataclass(frozen=True, slots=True)
+class PlanCosts:
+    cost: StepCost  # the whole step's FLOPs and bytes
+    decode_cost: StepCost  # its decode rows as a step of their own (the whole step when nothing prefills)
+    num_prefill_tokens: int
+
+
+def plan_costs(config: EngineConfig, plan: SchedulerOutput, num_logit_rows: int) -> PlanCosts:
+    """What the plan computes, before the update moves its sequences on; the runner decides which rows
+    reach the lm_head (sampled rows, static padding rows)."""
+    cost = step_cost(config.model, config.dtype, plan_chunks(plan), num_logit_rows=num_logit_rows)
+    num_prefill = sum(n for seq, n in plan.scheduled if seq.is_prefill)
+    return PlanCosts(cost, decode_rows_cost(config, plan) if num_prefill else cost, num_prefill)
 
 
 def plan_chunks(plan: SchedulerOutput) -> list[Chunk]:

@@ -20,7 +20,7 @@ from batchtop.core_engine.config import ModelConfig
 from batchtop.core_engine.device import DTYPES
 from batchtop.core_engine.errors import ConfigError
 from batchtop.core_engine.model.checkpoint import INDEX_FILE, SINGLE_FILE, check_fits
-from batchtop.core_engine.model.hf_config import hf_config_dict
+from batchtop.core_engine.model.hf_config import config_json
 from batchtop.core_engine.model.parameters import build_model
 from batchtop.core_engine.model.tokenizer import TOKENIZER_CONFIG, TOKENIZER_FILE
 
@@ -112,7 +112,7 @@ def export_checkpoint(out_dir: str | Path, config: ModelConfig, seed: int, dtype
         save_weights(model.state_dict(), work, shard_bytes)
         del model
         bos_id, eos_id = 0, 1
-        (work / "config.json").write_text(json.dumps(hf_config_dict(config, dtype, bos_id, eos_id), indent=2) + "\n",
+        (work / "config.json").write_text(json.dumps(config_json(config, dtype, bos_id, (eos_id,)), indent=2) + "\n",
                                           encoding="utf-8")
         generation = {"bos_token_id": bos_id, "eos_token_id": eos_id, "do_sample": False}
         (work / "generation_config.json").write_text(json.dumps(generation, indent=2) + "\n", encoding="utf-8")

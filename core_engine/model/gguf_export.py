@@ -19,31 +19,8 @@ from batchtop.core_engine.model.export import check_export_dir, current_umask, s
 from batchtop.core_engine.model.gguf_file import read_header
 from batchtop.core_engine.model.gguf_tokenizer import gguf_tokenizer
 from batchtop.core_engine.model.gguf_weights import load_gguf_model
+from batchtop.core_engine.model.hf_config import config_json
 from batchtop.core_engine.model.tokenizer import TOKENIZER_CONFIG, TOKENIZER_FILE, Tokenizer
-
-MODEL_TYPES = {"LlamaForCausalLM": "llama", "Qwen2ForCausalLM": "qwen2", "Qwen3ForCausalLM": "qwen3"}
-
-
-def hf_config(config: ModelConfig, dtype: str, bos_token_id: int | None, eos_token_ids: tuple[int, ...]) -> dict:
-    """config.json as transformers writes it for the file's architecture."""
-    m = config
-    out = {
-        "architectures": [m.architecture], "model_type": MODEL_TYPES[m.architecture], "vocab_size": m.vocab_size,
-        "hidden_size": m.hidden_size, "intermediate_size": m.intermediate_size,
-        "num_hidden_layers": m.num_hidden_layers, "num_attention_heads": m.num_attention_heads,
-        "num_key_value_heads": m.num_key_value_heads, "head_dim": m.head_dim, "hidden_act": "silu",
-        "max_position_embeddings": m.max_position_embeddings, "rms_norm_eps": m.rms_norm_eps,
-        "rope_theta": m.rope_theta, "rope_scaling": None, "tie_word_embeddings": m.tie_word_embeddings,
-        "bos_token_id": bos_token_id, "eos_token_id": list(eos_token_ids) if len(eos_token_ids) != 1 else eos_token_ids[0],
-        "torch_dtype": dtype, "dtype": dtype, "use_cache": True,
-    }
-    if m.architecture == "LlamaForCausalLM":
-        out |= {"attention_bias": m.attention_bias, "mlp_bias": m.mlp_bias}
-    elif m.architecture == "Qwen3ForCausalLM":
-        out |= {"attention_bias": m.attention_bias}
-    if m.architecture != "LlamaForCausalLM":
-        out |= {"use_sliding_window": False, "sliding_window": None}
-    return out
 
 
 def tokenizer_config(tok: Tokenizer, model_max_length: int) -> dict:
@@ -61,6 +38,8 @@ def export_gguf(out_dir: str | Path, config: ModelConfig, dtype: str = "float32"
     header = read_header(config.checkpoint)
     tok = gguf_tokenizer(header)
     check_fits(config, dtype, "cpu")
+    bos = tok.tokenizer.token_to_id(tok.bos_token) if tok.bos_token is not None else None
+    hf_config = config_json(config, dtype, bos, tok.eos_token_ids)  # before any weights: it may refuse
     work = out.resolve().parent / f".{out.name}.partial-{os.getpid()}"
     work.mkdir()
     try:
@@ -70,9 +49,8 @@ def export_gguf(out_dir: str | Path, config: ModelConfig, dtype: str = "float32"
             state.pop("lm_head.weight", None)  # as save_pretrained writes a tied checkpoint
         save_weights(state, work)
         del model, state
-        bos = tok.tokenizer.token_to_id(tok.bos_token) if tok.bos_token is not None else None
         files = {
-            "config.json": hf_config(config, dtype, bos, tok.eos_token_ids),
+            "config.json": hf_config,
             "generation_config.json": {"bos_token_id": bos, "eos_token_id": list(tok.eos_token_ids)},
             TOKENIZER_CONFIG: tokenizer_config(tok, config.max_position_embeddings),
         }

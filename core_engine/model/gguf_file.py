@@ -20,13 +20,11 @@ import numpy as np
 
 from batchtop.core_engine.config import ModelConfig
 from batchtop.core_engine.errors import BadInput, ConfigError
+from batchtop.core_engine.model.families import Flag, ModelFamily, by_gguf_architecture
 from batchtop.core_engine.model.gguf_claims import Claims, check_claims
 from batchtop.core_engine.model.gguf_header import GGUFHeader, TensorInfo
 from batchtop.core_engine.model.gguf_reader import RawHeader, read_gguf_header
 from batchtop.core_engine.model.model_numbers import RMS_NORM_EPS, ROPE_THETA, checked_number
-
-# general.architecture -> the Hugging Face architecture batchtop's model implements it as
-ARCHITECTURES = {"llama": "LlamaForCausalLM", "qwen2": "Qwen2ForCausalLM", "qwen3": "Qwen3ForCausalLM"}
 
 
 def _tensor_infos(path: Path, raw: RawHeader) -> dict[str, TensorInfo]:
@@ -110,17 +108,19 @@ def _float(h: GGUFHeader, name: str, default: float, rule: dict[str, float]) -> 
     return float(str(np.float32(value))) if isinstance(value, float) else float(value)
 
 
-def check_architecture(h: GGUFHeader) -> str:
-    arch = ARCHITECTURES.get(h.architecture)
-    if arch is None:
-        raise BadInput(f"{h.path}: architecture {h.architecture or '(none)'!r} is not supported "
-                       f"(supported: {', '.join(ARCHITECTURES)})")
-    return arch
+def family_of(h: GGUFHeader) -> ModelFamily:
+    """The family general.architecture names; BadInput naming it and the supported ones."""
+    return by_gguf_architecture(h.architecture, str(h.path))
+
+
+def _has(h: GGUFHeader, family: ModelFamily, flag: Flag, module: str) -> bool:
+    """A flag the family fixes, else whether the file holds layer 0's tensor for it (module's bias)."""
+    return flag.default if flag.fixed else f"blk.0.{family.gguf_layer_names()[module]}.bias" in h.tensors
 
 
 def model_config(h: GGUFHeader, name: str, eos_token_ids: tuple[int, ...]) -> ModelConfig:
     """The ModelConfig the header describes; what batchtop's model cannot run exits 2 naming the key."""
-    arch = check_architecture(h)
+    family = family_of(h)
     embed = h.tensors.get("token_embd.weight")
     if embed is None or len(embed.shape) != 2:
         raise BadInput(f"{h.path}: tensor token_embd.weight is missing (every {h.architecture} file has one)")
@@ -143,8 +143,6 @@ def model_config(h: GGUFHeader, name: str, eos_token_ids: tuple[int, ...]) -> Mo
                     kv_heads=_int(h, "attention.head_count_kv", heads), head_dim=head_dim, head_dim_key=head_dim_key,
                     ffn=_int(h, "feed_forward_length"))
     check_claims(h, claims)  # before anything is built from these numbers
-    layer = "blk.0."
-    bias = f"{layer}attn_q.bias" in h.tensors
     try:
         return ModelConfig(
             name=name, vocab_size=embed.shape[0], hidden_size=hidden, intermediate_size=claims.ffn,
@@ -152,10 +150,10 @@ def model_config(h: GGUFHeader, name: str, eos_token_ids: tuple[int, ...]) -> Mo
             max_position_embeddings=_int(h, "context_length", 4096),
             rope_theta=_float(h, "rope.freq_base", 10000.0, ROPE_THETA),
             rms_norm_eps=_float(h, "attention.layer_norm_rms_epsilon", 1e-6, RMS_NORM_EPS), head_dim=head_dim,
-            attention_bias=bias or arch == "Qwen2ForCausalLM",
-            o_proj_bias=f"{layer}attn_output.bias" in h.tensors,
-            mlp_bias=f"{layer}ffn_gate.bias" in h.tensors, qk_norm=f"{layer}attn_q_norm.weight" in h.tensors,
+            attention_bias=_has(h, family, family.qkv_bias, "self_attn.q_proj"),
+            o_proj_bias=_has(h, family, family.o_bias, "self_attn.o_proj"),
+            mlp_bias=_has(h, family, family.mlp_bias, "mlp.gate_proj"), qk_norm=family.qk_norm,
             tie_word_embeddings="output.weight" not in h.tensors, eos_token_ids=eos_token_ids,
-            architecture=arch, checkpoint=str(h.path.resolve()), quantization=h.quantization)
+            architecture=family.hf_architecture, checkpoint=str(h.path.resolve()), quantization=h.quantization)
     except ConfigError as exc:
         raise BadInput(f"{h.path}: {exc}") from None

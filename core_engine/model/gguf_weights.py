@@ -4,7 +4,8 @@ As with safetensors (checkpoint.py), the model is allocated once, empty, in the 
 tensor is read from the file on its own, dequantized by the `gguf` package (float32, one tensor at a
 time) and copied into its place: peak memory stays near one copy of the weights plus one tensor.
 llama.cpp's converter reorders the rows of a Llama q/k projection for its RoPE layout; they are put
-back here, so the weights equal the Hugging Face checkpoint's.
+back here, so the weights equal the Hugging Face checkpoint's. Names and that reordering follow the
+file's family (families.py).
 """
 
 from __future__ import annotations
@@ -15,8 +16,10 @@ import torch
 
 from batchtop.core_engine.config import ModelConfig
 from batchtop.core_engine.errors import BadInput
+from batchtop.core_engine.model import families
 from batchtop.core_engine.model.checkpoint import layer_shapes
-from batchtop.core_engine.model.gguf_file import read_header
+from batchtop.core_engine.model.families import ModelFamily
+from batchtop.core_engine.model.gguf_file import family_of, read_header
 from batchtop.core_engine.model.gguf_header import GGUFHeader, TensorInfo
 from batchtop.core_engine.model.llama import LlamaForCausalLM
 from batchtop.core_engine.model.parameters import empty_model, hf_parameters
@@ -24,23 +27,30 @@ from batchtop.core_engine.model.parameters import empty_model, hf_parameters
 # What gguf.quants dequantizes and batchtop accepts: the float types, the legacy block quants, the K-quants.
 SUPPORTED_TYPES = ("F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1",
                    "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K", "Q8_K")
-TOP_LEVEL = {"token_embd.weight": "model.embed_tokens.weight", "output_norm.weight": "model.norm.weight",
-             "output.weight": "lm_head.weight"}
-LAYER = {"attn_norm": "input_layernorm", "ffn_norm": "post_attention_layernorm",
-         "attn_q": "self_attn.q_proj", "attn_k": "self_attn.k_proj", "attn_v": "self_attn.v_proj",
-         "attn_output": "self_attn.o_proj", "attn_q_norm": "self_attn.q_norm", "attn_k_norm": "self_attn.k_norm",
-         "ffn_gate": "mlp.gate_proj", "ffn_up": "mlp.up_proj", "ffn_down": "mlp.down_proj"}
-PERMUTED = ("self_attn.q_proj", "self_attn.k_proj")  # in a llama-architecture file only
+# llama.cpp's name -> Hugging Face's, outside the layers (every family)
+TOP_LEVEL = {g: hf for hf, g in families.GGUF_TOP_LEVEL.items()}
+PERMUTED = families.ROPE_PERMUTED  # in a file whose family says llama.cpp permuted them
 
 
-def hf_name(gguf_name: str) -> str | None:
+def layer_names(family: ModelFamily | None = None) -> dict[str, str]:
+    """llama.cpp's name of a module inside a layer -> Hugging Face's, in `family`'s files (None: any
+    family's name is known)."""
+    rows = families.FAMILIES if family is None else (family,)
+    return {g: module for f in rows for module, g in f.gguf_layer_names().items()}
+
+
+def hf_name(gguf_name: str, family: ModelFamily | None = None) -> str | None:
     """'blk.3.attn_q.weight' -> 'model.layers.3.self_attn.q_proj.weight'; None for a name we do not know."""
+    return _hf_name(gguf_name, layer_names(family))
+
+
+def _hf_name(gguf_name: str, layer: dict[str, str]) -> str | None:
     if gguf_name in TOP_LEVEL:
         return TOP_LEVEL[gguf_name]
     parts = gguf_name.split(".")
-    if len(parts) == 4 and parts[0] == "blk" and parts[1].isdigit() and parts[2] in LAYER \
+    if len(parts) == 4 and parts[0] == "blk" and parts[1].isdigit() and parts[2] in layer \
             and parts[3] in ("weight", "bias"):
-        return f"model.layers.{parts[1]}.{LAYER[parts[2]]}.{parts[3]}"
+        return f"model.layers.{parts[1]}.{layer[parts[2]]}.{parts[3]}"
     return None
 
 
@@ -48,9 +58,11 @@ def check_tensors(config: ModelConfig, header: GGUFHeader | None = None) -> dict
     """Every tensor the config needs is in the file with its shape and a type we dequantize, and
     nothing unknown is; reads only the header. Returns HF name -> the file's tensor."""
     h = header if header is not None else read_header(config.checkpoint)
+    family = family_of(h)
+    layer = layer_names(family)
     by_hf: dict[str, TensorInfo] = {}
     for info in h.tensors.values():
-        name = hf_name(info.name)
+        name = _hf_name(info.name, layer)
         if name is None:
             raise BadInput(f"{h.path}: unexpected tensor {info.name} (not part of a {h.architecture} model "
                            "batchtop runs)")
@@ -59,7 +71,8 @@ def check_tensors(config: ModelConfig, header: GGUFHeader | None = None) -> dict
     for name, shape in needed.items():
         info = by_hf.get(name)
         if info is None:
-            raise BadInput(f"{h.path}: tensor {gguf_name_of(name)} is missing (the metadata needs shape {list(shape)})")
+            raise BadInput(f"{h.path}: tensor {gguf_name_of(name, family)} is missing (the metadata needs shape "
+                           f"{list(shape)})")
         if info.shape != shape:
             raise BadInput(f"{h.path}: tensor {info.name} has shape {list(info.shape)}; the metadata needs "
                            f"{list(shape)}")
@@ -82,13 +95,13 @@ def _needed_shapes(config: ModelConfig) -> dict[str, tuple[int, ...]]:
     return needed
 
 
-def gguf_name_of(hf: str) -> str:
-    for g, name in TOP_LEVEL.items():
-        if name == hf:
-            return g
+def gguf_name_of(hf: str, family: ModelFamily | None = None) -> str:
+    """The name llama.cpp gives Hugging Face's tensor `hf` in `family`'s files (None: Llama's)."""
+    if hf in families.GGUF_TOP_LEVEL:
+        return families.GGUF_TOP_LEVEL[hf]
     _, _, layer, *rest = hf.split(".")
     module, kind = ".".join(rest[:-1]), rest[-1]
-    short = next((g for g, m in LAYER.items() if m == module), module)
+    short = (families.GGUF_LAYER if family is None else family.gguf_layer_names()).get(module, module)
     return f"blk.{layer}.{short}.{kind}"
 
 
@@ -118,7 +131,7 @@ def load_gguf_model(config: ModelConfig, device: str, dtype: torch.dtype) -> Lla
     infos = check_tensors(config, h)
     model = empty_model(config, device, dtype)
     targets = hf_parameters(model)
-    permute = h.architecture == "llama"
+    permute = family_of(h).gguf_permuted_qk
     with torch.no_grad():
         for name, info in infos.items():
             tensor = read_tensor(h, info)

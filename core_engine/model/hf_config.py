@@ -1,8 +1,9 @@
 """A Hugging Face model directory's config.json (and generation_config.json) <-> ModelConfig.
 
-Reads the four architectures the model implements; anything else is refused by name, as is any
+Reads the architectures of the families in families.py; anything else is refused by name, as is any
 option the model would silently get wrong (another activation, another RoPE type) and any number that
 would run wrong (a RoPE theta <= 0, a negative norm epsilon, NaN or Infinity anywhere in the file).
+`config_json` is batchtop's one config.json writer (a preset's export, a GGUF file's export).
 """
 
 from __future__ import annotations
@@ -13,12 +14,9 @@ from pathlib import Path
 
 from batchtop.core_engine.config import ModelConfig, RopeScaling
 from batchtop.core_engine.errors import BadInput, ConfigError
+from batchtop.core_engine.model.families import Flag, ModelFamily, by_hf_architecture, by_model_type
 from batchtop.core_engine.model.model_numbers import RMS_NORM_EPS, ROPE_THETA, checked_number
 from batchtop.core_engine.text_files import NotText, read_text_file
-
-SUPPORTED_ARCHITECTURES = ("LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM")
-MODEL_TYPES = {"llama": "LlamaForCausalLM", "mistral": "MistralForCausalLM", "qwen2": "Qwen2ForCausalLM",
-               "qwen3": "Qwen3ForCausalLM"}
 
 
 MAX_JSON_BYTES = 64 << 20  # config.json, tokenizer_config.json: kilobytes to a few MiB
@@ -85,19 +83,14 @@ class _Fields:
         return value
 
 
-def architecture_of(path: Path, cfg: dict) -> str:
+def family_of(path: Path, cfg: dict) -> ModelFamily:
     archs = cfg.get("architectures")
     if isinstance(archs, list) and archs:
-        name = archs[0]
-    else:
-        name = MODEL_TYPES.get(cfg.get("model_type"), cfg.get("model_type"))
-    if name not in SUPPORTED_ARCHITECTURES:
-        raise BadInput(f"{path}: architecture {name!r} is not supported "
-                       f"(supported: {', '.join(SUPPORTED_ARCHITECTURES)})")
-    return name
+        return by_hf_architecture(archs[0], str(path))
+    return by_model_type(cfg.get("model_type"), str(path))
 
 
-def rope_of(f: _Fields) -> tuple[float, RopeScaling | None]:
+def rope_of(f: _Fields, family: ModelFamily) -> tuple[float, RopeScaling | None]:
     """transformers 5 writes rope_parameters (theta inside); older checkpoints rope_scaling + rope_theta."""
     rope = f.data.get("rope_parameters") or f.data.get("rope_scaling") or {}
     if not isinstance(rope, dict):
@@ -106,8 +99,9 @@ def rope_of(f: _Fields) -> tuple[float, RopeScaling | None]:
     kind = rope.get("rope_type", rope.get("type", "default"))
     if kind == "default":
         return theta, None
-    if kind != "llama3":
-        raise BadInput(f"{f.path}: RoPE type {kind!r} is not supported (supported: default, llama3)")
+    if kind not in family.rope_scaling_kinds:
+        raise BadInput(f"{f.path}: RoPE type {kind!r} is not supported "
+                       f"(supported: {', '.join(('default', *family.rope_scaling_kinds))})")
     try:
         scaling = RopeScaling(f.float("factor", None, rope, above=0), f.float("low_freq_factor", None, rope, above=0),
                               f.float("high_freq_factor", None, rope, above=0),
@@ -140,20 +134,21 @@ def read_model_config(model_dir: str | Path) -> ModelConfig:
     if not path.is_file():
         raise BadInput(f"--model {model_dir}: no config.json in this directory (is it a Hugging Face model?)")
     cfg = read_json(path)
-    arch = architecture_of(path, cfg)
+    family = family_of(path, cfg)
     f = _Fields(path, cfg)
     act = cfg.get("hidden_act", "silu")
     if act != "silu":
         raise BadInput(f"{path}: hidden_act {act!r} is not supported (only silu)")
     heads = f.int("num_attention_heads")
-    theta, scaling = rope_of(f)
-    # Llama and Qwen3 put attention_bias on q, k, v and o; Qwen2 always biases q, k, v and never o.
-    qkv_bias = arch == "Qwen2ForCausalLM" or (arch in ("LlamaForCausalLM", "Qwen3ForCausalLM")
-                                              and f.bool("attention_bias", False))
-    o_bias = qkv_bias and arch != "Qwen2ForCausalLM"
+    theta, scaling = rope_of(f, family)
+
+    def flag(which: Flag) -> bool:
+        return which.default if which.fixed else f.bool(which.key, which.default)
+
     max_len = f.int("max_position_embeddings", 4096)
     window = cfg.get("sliding_window")
-    windowed = arch == "MistralForCausalLM" or cfg.get("use_sliding_window", False)
+    windowed = family.sliding_window == "always" or (family.sliding_window == "flag"
+                                                     and cfg.get("use_sliding_window", False))
     if windowed and isinstance(window, int) and 0 < window < max_len:
         max_len = window  # sequences never outgrow the window, so full attention is exact
     try:
@@ -163,30 +158,53 @@ def read_model_config(model_dir: str | Path) -> ModelConfig:
             num_attention_heads=heads, num_key_value_heads=f.int("num_key_value_heads", heads),
             max_position_embeddings=max_len, rope_theta=theta,
             rms_norm_eps=f.float("rms_norm_eps", 1e-6, **RMS_NORM_EPS), head_dim=f.int("head_dim", 0),
-            attention_bias=qkv_bias, o_proj_bias=o_bias,
-            mlp_bias=arch == "LlamaForCausalLM" and f.bool("mlp_bias", False),
-            qk_norm=arch == "Qwen3ForCausalLM", rope_scaling=scaling,
-            tie_word_embeddings=f.bool("tie_word_embeddings", False), eos_token_ids=eos_token_ids(d, cfg),
-            architecture=arch, checkpoint=str(d.resolve()))
+            attention_bias=flag(family.qkv_bias), o_proj_bias=flag(family.o_bias), mlp_bias=flag(family.mlp_bias),
+            qk_norm=family.qk_norm, rope_scaling=scaling,
+            tie_word_embeddings=f.bool("tie_word_embeddings", family.tie_word_embeddings),
+            eos_token_ids=eos_token_ids(d, cfg), architecture=family.hf_architecture, checkpoint=str(d.resolve()))
     except ConfigError as exc:
         raise BadInput(f"{path}: {exc}") from None
 
 
-def hf_config_dict(config: ModelConfig, dtype: str, bos_token_id: int, eos_token_id: int) -> dict:
-    """config.json for a preset (a LlamaForCausalLM), in the form Hub checkpoints use, which
-    transformers 4 and 5 and vLLM all read."""
+def _flag_keys(m: ModelConfig, family: ModelFamily) -> dict[str, bool]:
+    """config.json's keys for the model's biases; BadInput when the family cannot say what the model holds."""
+    arch = family.hf_architecture
+    keys: dict[str, tuple[bool, str]] = {}
+    for which, value, what in ((family.qkv_bias, m.attention_bias, "q/k/v biases"),
+                               (family.o_bias, m.o_proj_bias, "an o_proj bias"),
+                               (family.mlp_bias, m.mlp_bias, "MLP biases")):
+        if which.fixed and value != which.default:
+            raise BadInput(f"{m.name}: a {arch} {'always has' if which.default else 'has no'} {what}, this model "
+                           f"{'does' if value else 'does not'}")
+        if not which.fixed:
+            first, first_what = keys.setdefault(which.key, (value, what))
+            if first != value:
+                raise BadInput(f"{m.name}: {which.key!r} in a {arch}'s config.json sets {first_what} and {what} "
+                               "together; this model has one without the other")
+    if m.qk_norm != family.qk_norm:
+        raise BadInput(f"{m.name}: a {arch} {'always has' if family.qk_norm else 'has no'} q/k RMSNorm, this model "
+                       f"{'does' if m.qk_norm else 'does not'}")
+    return {key: value for key, (value, _) in keys.items()}
+
+
+def config_json(config: ModelConfig, dtype: str, bos_token_id: int | None, eos_token_ids: tuple[int, ...]) -> dict:
+    """config.json for the model, in the form Hub checkpoints of its family use (which transformers 4
+    and 5 and vLLM all read); BadInput when its family's config cannot describe the model."""
     m = config
-    if m.qk_norm or m.attention_bias != m.o_proj_bias:
-        raise ValueError(f"{m.name}: not expressible as a LlamaForCausalLM config")
-    return {
-        "architectures": ["LlamaForCausalLM"], "model_type": "llama", "vocab_size": m.vocab_size,
+    family = by_hf_architecture(m.architecture, m.name)
+    eos = None if not eos_token_ids else eos_token_ids[0] if len(eos_token_ids) == 1 else list(eos_token_ids)
+    out = {
+        "architectures": [family.hf_architecture], "model_type": family.model_type, "vocab_size": m.vocab_size,
         "hidden_size": m.hidden_size, "intermediate_size": m.intermediate_size,
         "num_hidden_layers": m.num_hidden_layers, "num_attention_heads": m.num_attention_heads,
         "num_key_value_heads": m.num_key_value_heads, "head_dim": m.head_dim, "hidden_act": "silu",
         "max_position_embeddings": m.max_position_embeddings, "rms_norm_eps": m.rms_norm_eps,
         "rope_theta": m.rope_theta, "rope_scaling": None if m.rope_scaling is None else m.rope_scaling.as_dict(),
-        "attention_bias": m.attention_bias, "mlp_bias": m.mlp_bias,
-        "tie_word_embeddings": m.tie_word_embeddings, "initializer_range": 0.02,
-        "bos_token_id": bos_token_id, "eos_token_id": eos_token_id, "torch_dtype": dtype, "dtype": dtype,
-        "use_cache": True,
+        **_flag_keys(m, family), "tie_word_embeddings": m.tie_word_embeddings, "initializer_range": 0.02,
+        "bos_token_id": bos_token_id, "eos_token_id": eos, "torch_dtype": dtype, "dtype": dtype, "use_cache": True,
     }
+    if family.sliding_window == "flag":
+        out["use_sliding_window"] = False
+    if family.sliding_window is not None:
+        out["sliding_window"] = None  # max_position_embeddings is already capped at any window
+    return out

@@ -12,10 +12,12 @@ that, by Little's law, `target` x max_num_seqs requests stay in the system:
 all measured from the run itself, every step: a busy neighbour that halves the engine's speed halves the
 completion rate and the arrivals with it. Above the target the trace's clock stops (`gate`): early
 on the short answers finish first and the rate reads high, and a trace's bursts come at once; neither
-may build a queue. Nothing is probed before the run starts. The controller learns only under continuous batching: under
-static batching it holds the pace it had, so static's lower throughput shows as a growing queue, as
-the teaching text says it should. A recording keeps the real arrival times; each step's pace travels
-in its snapshot (`arrival_speed`), and `describe()` says how the run was paced.
+may build a queue. Nothing is probed before the run starts. The controller learns only under a policy
+that admits mid-batch (continuous batching): under one that refills only between batches (static
+batching) occupancy follows the batches, not the arrivals, so it holds the pace it had and static's
+lower throughput shows as a growing queue, as the teaching text says it should. A recording keeps the
+real arrival times; each step's pace travels in its snapshot (`arrival_speed`), and `describe()` says
+how the run was paced.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ import math
 from collections import deque
 
 from batchtop.core_engine.engine.snapshot import StepSnapshot
+from batchtop.core_engine.sched.policies import policy_class
 from batchtop.core_engine.sched.request import Request
 
 TARGET_SLOT_UTILIZATION = 0.8
@@ -157,7 +160,7 @@ class ClosedLoopPacer:
             self._completions.popleft()
         while len(self._occupancy) > 1 and t - self._occupancy[0][0] > OCCUPANCY_S:
             self._occupancy.popleft()
-        self.held = snap.mode != "continuous" and self._rate is not None  # nothing to hold yet: learn
+        self.held = not policy_class(snap.mode).admits_mid_batch and self._rate is not None  # none yet: learn
         if not self.held:
             self._learn(snap, t)
         self._note_speed(snap.step_time_s)

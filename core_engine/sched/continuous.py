@@ -7,14 +7,17 @@ its slot is refilled at the next step.
 
 from __future__ import annotations
 
-from batchtop.core_engine.sched.scheduler import Scheduler, SchedulerOutput
+from batchtop.core_engine.sched.scheduler import Scheduler, SchedulerOutput, SchedulingPolicy
 from batchtop.core_engine.sched.wait_reason import WaitReason
 
 
-class ContinuousPolicy:
+class ContinuousPolicy(SchedulingPolicy):
     name = "continuous"
-    keeps_finished = False
-    budgeted = True
+    label = "continuous batching"
+    description = "a finished sequence leaves at once and the next waiting one takes its slot (vLLM, Orca)"
+    pads_finished_rows = False
+    admits_mid_batch = True
+    token_budgeted = True
 
     def admit(self, scheduler: Scheduler, out: SchedulerOutput, budget: int | None) -> None:
         s = scheduler
@@ -33,6 +36,6 @@ class ContinuousPolicy:
             watermark = s.admission_watermark()
             if not s.allocator.can_allocate(need + watermark):
                 out.wait_reason = WaitReason.kv_full(need, watermark, s.allocator.num_free_blocks)
-                return  # FCFS: the head waits for space; nobody overtakes it
+                return  # the head (in the policy's admission order) waits for space; nobody overtakes it
             seq = s.admit_head(out, head.num_tokens, hits)
             budget = s.schedule_chunk(out, seq, budget)

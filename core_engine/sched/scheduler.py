@@ -1,75 +1,71 @@
-"""The scheduler's mechanics, shared by both policies: queues, slots, budgets, preemption.
+"""The scheduler's mechanics, shared by every policy: queues, slots, budgets, preemption, and the update
+after each forward (tokens appended, stops detected, blocks freed), as vLLM's scheduler owns it.
 
-A policy (continuous.py, static.py) decides when and how waiting sequences are admitted, whether a
-step is held to the token budget, and whether a finished sequence leaves its slot at once or stays
-as padding until its batch ends. Keeping the state here lets the mode flip between steps without
-losing or copying anything.
+A policy (a SchedulingPolicy subclass in its own file, named in the registry, policies.py) decides when,
+in what order and how waiting sequences are admitted, whom to preempt, whether a step is held to the
+token budget, and whether a finished sequence leaves its slot at once or stays as padding until its
+batch ends. Keeping the state here lets the mode flip between steps without losing or copying anything.
 """
 
 from __future__ import annotations
 
 from collections import deque
-from dataclasses import dataclass, field
-from typing import Protocol
+from collections.abc import Container, Iterable
+from typing import ClassVar
 
 from batchtop.core_engine.sched.kv_cache import BlockManager
+from batchtop.core_engine.sched.output import SchedulerOutput
 from batchtop.core_engine.sched.request import FinishReason, Sequence, SeqStatus
+from batchtop.core_engine.sched.stop import stop_reason
 from batchtop.core_engine.sched.wait_reason import WaitReason
 
 ADMISSION_WATERMARK = 0.01  # keep 1% of blocks free when admitting beside others (vLLM does too)
 
 
-@dataclass(slots=True)
-class SchedulerOutput:
-    """One step's plan: who runs how many tokens, and what changed to make room."""
+class SchedulingPolicy:
+    """Traits the rest of batchtop asks instead of comparing mode names, and the hooks the scheduler calls.
+    The hooks' defaults are vLLM's: first come, first served, and the sequence admitted last is
+    preempted first."""
 
-    scheduled: list[tuple[Sequence, int]] = field(default_factory=list)  # decodes first, then prefill chunks
-    padding: list[Sequence] = field(default_factory=list)  # static batching's finished rows, still computed
-    prompt_padding: list[tuple[Sequence, int]] = field(default_factory=list)  # static: pad tokens left of a prompt
-    admitted: list[Sequence] = field(default_factory=list)
-    preempted: list[Sequence] = field(default_factory=list)
-    token_budget: int | None = None  # the budget this step was held to; None: a static step, unbudgeted
-    wait_reason: WaitReason | None = None  # why the head of the queue still waits after this plan
-    # prefix caching, as vLLM counts it: tokens new requests looked up and found at admission; cached_tokens
-    # also counts what readmitted (preempted) requests found again
-    prefix_queries: int = 0
-    prefix_hits: int = 0
-    cached_tokens: int = 0
-
-    @property
-    def num_prompt_padding(self) -> int:
-        return sum(n for _, n in self.prompt_padding)
-
-    @property
-    def num_tokens(self) -> int:
-        return sum(n for _, n in self.scheduled) + len(self.padding) + self.num_prompt_padding
-
-    @property
-    def is_empty(self) -> bool:
-        return not self.scheduled and not self.padding
-
-
-class SchedulingPolicy(Protocol):
-    name: str
-    keeps_finished: bool  # a finished sequence stays as computed padding until its batch ends
-    budgeted: bool  # steps are held to max_num_batched_tokens (chunked prefill)
+    name: ClassVar[str]  # the mode's name: --mode, the trace, metrics files, the compare keys
+    label: ClassVar[str]  # how the dashboard and reports say it ("continuous batching")
+    description: ClassVar[str]  # one line for --help
+    # a finished sequence keeps its slot and its row is still computed until its whole batch ends
+    pads_finished_rows: ClassVar[bool] = False
+    # a waiting sequence may join while others run (so a pacer can hold the slots at a target occupancy)
+    admits_mid_batch: ClassVar[bool] = True
+    token_budgeted: ClassVar[bool] = True  # steps are held to max_num_batched_tokens (chunked prefill)
 
     def admit(self, scheduler: Scheduler, out: SchedulerOutput, budget: int | None) -> None:
-        """Move waiting sequences into slots for this step, or set out.wait_reason saying why not."""
+        """Move sequences from the head of scheduler.waiting into slots for this step, or set
+        out.wait_reason saying why the head waits."""
+        raise NotImplementedError
+
+    def admission_order(self, waiting: deque[Sequence]) -> Iterable[Sequence]:
+        """The waiting queue in the order to admit it, head first; the scheduler applies it before each
+        admission decision. Returning `waiting` itself keeps the order (first come, first served, with
+        preempted sequences back at the head)."""
+        return waiting
+
+    def preemption_victim(self, candidates: list[Sequence]) -> Sequence:
+        """Whom to preempt when a running sequence cannot grow. `candidates`, in admission order, are the
+        running sequences given no tokens yet this step, the one that needs room among them."""
+        return candidates[-1]
 
 
 class Scheduler:
-    """FCFS queues, slot assignment and the per-step plan under max_num_seqs / max_num_batched_tokens."""
+    """Queues, slot assignment and the per-step plan under max_num_seqs / max_num_batched_tokens."""
 
     def __init__(self, block_manager: BlockManager, policy: SchedulingPolicy, max_num_seqs: int,
-                 max_num_batched_tokens: int) -> None:
+                 max_num_batched_tokens: int, eos_token_ids: Container[int] = frozenset()) -> None:
         self.block_manager = block_manager
+        self.eos_token_ids = eos_token_ids  # empty for the random presets
         self.allocator = block_manager.allocator
         self.policy = policy
         self.max_num_seqs = max_num_seqs
         self.max_num_batched_tokens = max_num_batched_tokens
         self.waiting: deque[Sequence] = deque()
-        self.running: list[Sequence] = []  # admission order: oldest first, so the newest is preempted first
+        self.running: list[Sequence] = []  # admission order, oldest first
         self._used_slots: set[int] = set()
         self.wait_reason: WaitReason | None = None  # from the latest plan; views between steps show it
 
@@ -87,14 +83,15 @@ class Scheduler:
 
     # -- the per-step plan --------------------------------------------------------------------
     def schedule(self) -> SchedulerOutput:
-        budget = self.max_num_batched_tokens if self.policy.budgeted else None
+        budget = self.max_num_batched_tokens if self.policy.token_budgeted else None
         out = SchedulerOutput(token_budget=budget)
-        if not self.policy.keeps_finished:
+        if not self.policy.pads_finished_rows:
             for seq in [s for s in self.running if s.padding]:  # the mode flipped to continuous
                 self._release(seq)
         budget = self._schedule_decodes(out, budget)
         budget = self._schedule_prefills(out, budget)
         out.padding = [s for s in self.running if s.padding]  # computed whatever the budget, as generate() does
+        self._order_queue()
         if out.preempted and self.waiting:
             out.wait_reason = WaitReason.preempted()  # never readmit a victim in the step that evicted it
         else:
@@ -102,6 +99,7 @@ class Scheduler:
         if not self.waiting:
             out.wait_reason = None
         self.wait_reason = out.wait_reason
+        assert out.token_budget is None or out.num_tokens <= out.token_budget, "token budget overrun"
         return out
 
     def _schedule_decodes(self, out: SchedulerOutput, budget: int | None) -> int | None:
@@ -112,7 +110,7 @@ class Scheduler:
                 continue
             need = seq.num_computed_tokens + 1
             while not self.block_manager.can_grow(seq, need):
-                victim = self._newest_preemptible()
+                victim = self._preemption_victim(out)
                 self._preempt(victim)
                 out.preempted.append(victim)
                 if victim is seq:
@@ -161,10 +159,31 @@ class Scheduler:
         return seq
 
     # -- state changes after the forward ------------------------------------------------------
+    def update_from_output(self, plan: SchedulerOutput, sampled: list[tuple[Sequence, int]],
+                           now: float) -> list[Sequence]:
+        """The step ran: the planned tokens' KV is written and each sequence that completed its chunk
+        sampled one token. Append those tokens, finish the sequences that stop (freeing their slots and
+        blocks, or keeping them as padding), and end a static batch whose members all finished.
+        Returns the sequences that finished in this step, in plan order."""
+        for seq, n in plan.scheduled:
+            seq.num_computed_tokens += n
+        finished: list[Sequence] = []
+        for seq, token in sampled:
+            seq.token_ids.append(token)
+            if seq.first_token_s is None:
+                seq.first_token_s = now
+            reason = stop_reason(seq, token, self.eos_token_ids)
+            if reason is not None:
+                seq.finish_s = now
+                self.finish(seq, reason)
+                finished.append(seq)
+        self.end_step()
+        return finished
+
     def finish(self, seq: Sequence, reason: FinishReason) -> None:
         seq.status = SeqStatus.FINISHED
         seq.finish_reason = reason
-        if self.policy.keeps_finished:
+        if self.policy.pads_finished_rows:
             seq.padding = True
         else:
             self._release(seq)
@@ -195,8 +214,23 @@ class Scheduler:
         return None
 
     # -- internals ----------------------------------------------------------------------------
-    def _newest_preemptible(self) -> Sequence:
-        return next(s for s in reversed(self.running) if not s.padding)
+    def _order_queue(self) -> None:
+        ordered = self.policy.admission_order(self.waiting)
+        if ordered is not self.waiting:
+            ordered = list(ordered)
+            assert len(ordered) == len(self.waiting) and set(ordered) == set(self.waiting), \
+                f"{self.policy.name}: admission_order must reorder the queue, not change it"
+            self.waiting.clear()
+            self.waiting.extend(ordered)
+
+    def _preemption_victim(self, out: SchedulerOutput) -> Sequence:
+        """The policy's pick among the running sequences this step has given no tokens yet: a sequence
+        already in the plan is never evicted under it."""
+        planned = {seq for seq, _ in out.scheduled}
+        candidates = [s for s in self.running if not s.padding and s not in planned]
+        victim = self.policy.preemption_victim(candidates)
+        assert victim in candidates, f"{self.policy.name}: preemption_victim must pick one of its candidates"
+        return victim
 
     def _preempt(self, seq: Sequence) -> None:
         """Preempt by recompute: free its blocks, forget its KV, back to the head of the queue."""

@@ -12,7 +12,7 @@ runner still runs an over-budget prefill as forwards within it (worker/forward_p
 from __future__ import annotations
 
 from batchtop.core_engine.sched.request import Sequence
-from batchtop.core_engine.sched.scheduler import Scheduler, SchedulerOutput
+from batchtop.core_engine.sched.scheduler import Scheduler, SchedulerOutput, SchedulingPolicy
 from batchtop.core_engine.sched.wait_reason import WaitReason
 
 
@@ -21,10 +21,13 @@ def kv_tokens_for_whole_request(seq: Sequence) -> int:
     return seq.prompt_len + seq.max_tokens - 1
 
 
-class StaticPolicy:
+class StaticPolicy(SchedulingPolicy):
     name = "static"
-    keeps_finished = True
-    budgeted = False
+    label = "static batching"
+    description = "a batch runs until its last member ends; finished rows stay as padding (generate())"
+    pads_finished_rows = True
+    admits_mid_batch = False
+    token_budgeted = False
 
     def admit(self, scheduler: Scheduler, out: SchedulerOutput, budget: int | None) -> None:
         s = scheduler

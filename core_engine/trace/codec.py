@@ -5,7 +5,8 @@ then one "step" event when a forward ran, or a "view" event (the same fields, st
 happened between steps: a replay then ends at the same run time and counters as the live run did.
 Requests are named by their index; the arrival event carries the id and lengths once. Block
 ownership ("kv") and, with prefix caching, holders per block ("kv_refs") are run-length encoded and
-omitted when unchanged.
+omitted when unchanged. Which field goes where follows from the snapshot dataclasses (layout.py):
+a field added to one is recorded and read back with no change here.
 
 A slot's phase is its state once the step is over ("f": released in it, its KV freed). A trace from
 before that field records what the slot did in the step instead; it is read into the same model
@@ -14,17 +15,19 @@ before that field records what the slot did in the step instead; it is read into
 
 from __future__ import annotations
 
+from dataclasses import replace
+
+from batchtop.core_engine.sched.policies import policy_class
 from batchtop.core_engine.sched.request import Phase
 from batchtop.core_engine.sched.wait_reason import WaitKind, WaitReason
 from batchtop.core_engine.engine.detokenizer import TextDelta
-from batchtop.core_engine.engine.snapshot import Counters, FinishedRequest, SlotView, StepSnapshot, WaitingView
+from batchtop.core_engine.engine.snapshot import FinishedRequest, SlotView, StepSnapshot, WaitingView
 from batchtop.core_engine.model.cost import StepCost
+from batchtop.core_engine.trace.layout import (ARRIVAL, COST, COUNTERS, FINISH, PACKS, REQUEST_FIELDS, STEP_NAMED,
+                                               TEXT_ONLY, cell_fields, cell_values)
 
 PHASE_CODE = {Phase.PREFILL: "p", Phase.DECODE: "d", Phase.PADDING: "x", Phase.IDLE: "i", Phase.FINISHED: "f"}
 CODE_PHASE = {v: k for k, v in PHASE_CODE.items()}
-COUNTER_FIELDS = Counters.__slots__
-COST_FIELDS = StepCost.__slots__
-FINISH_FIELDS = FinishedRequest.__slots__
 
 
 def run_length(owners: tuple[int, ...]) -> list[int]:
@@ -65,11 +68,10 @@ class SnapshotEncoder:
         out: list[dict] = [{"type": "control", "name": name, "value": value} for name, value in snap.controls]
         if any(name == "reset" for name, _ in snap.controls):
             self._owners, self._refs = None, ()
-        out += [{"type": "arrival", "index": a.index, "id": a.request_id, "prompt_len": a.prompt_len,
-                 "max_tokens": a.max_tokens, "arrival_s": a.arrival_s} for a in snap.arrived]
+        out += [_written("arrival", a, ARRIVAL) for a in snap.arrived]
         out += [{"type": "reject", "id": rid, "reason": reason} for rid, reason in snap.rejected]
-        fields = FINISH_FIELDS if self.record_text else tuple(k for k in FINISH_FIELDS if k != "output_token_ids")
-        out += [{"type": "finish", **{k: getattr(f, k) for k in fields}} for f in snap.finished]
+        finish = FINISH if self.record_text else tuple(f for f in FINISH if f.name not in TEXT_ONLY)
+        out += [_written("finish", f, finish) for f in snap.finished]
         if self.record_text and text:
             out.append(text.as_event())
         if snap.is_step or out:
@@ -77,24 +79,15 @@ class SnapshotEncoder:
         return out
 
     def _step(self, snap: StepSnapshot) -> dict:
-        event = {
-            "type": "step" if snap.is_step else "view", "step": snap.step, "run_t": snap.t, "mode": snap.mode,
-            "max_num_seqs": snap.max_num_seqs, "max_num_batched_tokens": snap.max_num_batched_tokens,
-            "times": [snap.step_time_s, snap.schedule_s, snap.prepare_s, snap.forward_s],
-            "tokens": [snap.num_prefill_tokens, snap.num_decode_tokens, snap.num_padding_tokens, snap.num_seqs,
-                       snap.num_prompt_padding_tokens],
-            "slots": [0 if s.phase is Phase.EMPTY else _slot_cell(s) for s in snap.slots],
-            "free_blocks": snap.num_free_blocks,
-            "waiting": [x for w in snap.waiting for x in (w.index, w.num_preemptions)],
-            "num_waiting": snap.num_waiting, "pending": snap.num_pending_arrivals,
-            "admitted": list(snap.admitted), "preempted": list(snap.preempted),
-            "counters": [getattr(snap.counters, k) for k in COUNTER_FIELDS],
-            "cost": [getattr(snap.cost, k) for k in COST_FIELDS],
-        }
+        event = _written("step" if snap.is_step else "view", snap, STEP_NAMED)
+        for pack in PACKS:
+            pack.write(snap, event)
+        event["slots"] = [0 if s.phase is Phase.EMPTY else _slot_cell(s) for s in snap.slots]
+        event["waiting"] = [x for w in snap.waiting for x in (w.index, w.num_preemptions)]
+        event["counters"] = COUNTERS.encode(snap.counters)
+        event["cost"] = COST.encode(snap.cost)
         if snap.num_prefill_tokens and snap.decode_cost.bytes > 0:  # decode rows beside a prompt chunk
-            event["decode_cost"] = [getattr(snap.decode_cost, k) for k in COST_FIELDS]
-        if snap.arrival_speed is not None:  # closed-loop pacing: the pace this step's arrivals came at
-            event["pace"] = snap.arrival_speed
+            event["decode_cost"] = COST.encode(snap.decode_cost)
         if snap.wait_reason is not None:
             r = snap.wait_reason
             event["wait"] = [r.kind.value, r.message, r.short]
@@ -105,6 +98,13 @@ class SnapshotEncoder:
             event["kv_refs"] = run_length(snap.block_refs)
             self._refs = snap.block_refs
         return event
+
+
+def _written(kind: str, obj: object, fields) -> dict:
+    event = {"type": kind}
+    for f in fields:
+        f.write(obj, event)
+    return event
 
 
 def settled_phases(cells: list, finished: set[int], mode: str) -> list[Phase]:
@@ -118,7 +118,7 @@ def settled_phases(cells: list, finished: set[int], mode: str) -> list[Phase]:
              if p in (Phase.PREFILL, Phase.DECODE) and cell[0] in finished]
     if not ended:
         return phases
-    if mode != "static":
+    if not policy_class(mode).pads_finished_rows:
         return [Phase.FINISHED if i in ended else p for i, p in enumerate(phases)]
     batch_over = all(p in (Phase.EMPTY, Phase.PADDING, Phase.FINISHED) or i in ended for i, p in enumerate(phases))
     if batch_over:
@@ -127,13 +127,9 @@ def settled_phases(cells: list, finished: set[int], mode: str) -> list[Phase]:
 
 
 def _slot_cell(s: SlotView) -> list:
-    """[index, phase, computed, generated], then prompt padding, then cached tokens, each when not 0."""
-    cell = [s.index, PHASE_CODE[s.phase], s.num_computed, s.num_generated]
-    if s.num_prompt_padding or s.num_cached:
-        cell.append(s.num_prompt_padding)
-    if s.num_cached:
-        cell.append(s.num_cached)
-    return cell
+    """[index, phase, computed, generated], then prompt padding, then cached tokens (and any later
+    SlotView field), those at their defaults left off the end."""
+    return [s.index, PHASE_CODE[s.phase], *cell_values(s)]
 
 
 class SnapshotDecoder:
@@ -154,16 +150,14 @@ class SnapshotDecoder:
             if event["name"] == "reset":
                 self._requests.clear()
         elif kind == "arrival":
-            view = WaitingView(event["id"], event["index"], event["prompt_len"], event["max_tokens"],
-                               event["arrival_s"], 0)
+            view = WaitingView(**{f.name: f.read(event) for f in ARRIVAL}, num_preemptions=0)
             self._requests[view.index] = view
             self._pending["arrived"].append(view)
         elif kind == "reject":
             self._pending["rejected"].append((event["id"], event["reason"]))
         elif kind == "finish":
-            fields = {k: event[k] for k in FINISH_FIELDS if k != "output_token_ids"}
-            fields["output_token_ids"] = tuple(event.get("output_token_ids", ()))  # recorded with --record-text
-            self._pending["finished"].append(FinishedRequest(**fields))
+            # output_token_ids only when recorded with --record-text: () otherwise
+            self._pending["finished"].append(FinishedRequest(**{f.name: f.read(event) for f in FINISH}))
         elif kind == "text":
             TextDelta.from_event(event)  # only checked here: replay adds it to the text it shows
         elif kind in ("step", "view"):
@@ -187,35 +181,29 @@ class SnapshotDecoder:
             if cell == 0:
                 slots.append(SlotView(i, Phase.EMPTY))
                 continue
-            index, code, computed, generated, *extra = cell
-            pad, cached = (extra + [0, 0])[:2]
+            index, _, *values = cell
             r = self._request(index)
-            slots.append(SlotView(i, phase, r.request_id, index, r.prompt_len, computed, generated,
-                                  r.max_tokens, pad, cached))
-        waiting = []
-        for index, preemptions in zip(e["waiting"][::2], e["waiting"][1::2]):
-            r = self._request(index)
-            waiting.append(WaitingView(r.request_id, index, r.prompt_len, r.max_tokens, r.arrival_s, preemptions))
-        step_time, schedule_s, prepare_s, forward_s = e["times"]
-        prefill, decode, padding, num_seqs, *prompt_padding = e["tokens"]
-        prompt_padding = prompt_padding[0] if prompt_padding else 0
+            slots.append(SlotView(slot=i, phase=phase, index=index, **{n: getattr(r, n) for n in REQUEST_FIELDS},
+                                  **cell_fields(values)))
+        waiting = [replace(self._request(index), num_preemptions=preemptions)
+                   for index, preemptions in zip(e["waiting"][::2], e["waiting"][1::2])]
+        fields = {f.name: f.read(e) for f in STEP_NAMED}
+        for pack in PACKS:
+            fields.update(pack.read(e))
         wait = e.get("wait")
-        cost = StepCost(*e["cost"])
-        if "decode_cost" in e:
-            decode_cost = StepCost(*e["decode_cost"])
-        else:  # every row decodes, or none does (a file from before the field: a mixed step's is lost)
-            decode_cost = cost if decode + padding and not prefill and not prompt_padding else StepCost()
+        cost = COST.decode(e["cost"])
+        decode_cost = COST.decode(e["decode_cost"]) if "decode_cost" in e else _all_or_no_decode(fields, cost)
         pending, self._pending = self._pending, {"arrived": [], "rejected": [], "finished": [], "controls": []}
         return StepSnapshot(
-            step=e["step"], t=e["run_t"], mode=e["mode"], max_num_seqs=e["max_num_seqs"],
-            max_num_batched_tokens=e["max_num_batched_tokens"], step_time_s=step_time, schedule_s=schedule_s,
-            prepare_s=prepare_s, forward_s=forward_s, num_prefill_tokens=prefill, num_decode_tokens=decode,
-            num_padding_tokens=padding, num_prompt_padding_tokens=prompt_padding,
-            num_seqs=num_seqs, slots=tuple(slots), block_owners=self._owners, block_refs=self._refs,
-            num_free_blocks=e["free_blocks"], waiting=tuple(waiting), num_waiting=e["num_waiting"],
+            **fields, slots=tuple(slots), block_owners=self._owners, block_refs=self._refs, waiting=tuple(waiting),
             wait_reason=WaitReason(WaitKind(wait[0]), wait[1], wait[2]) if wait else None,
-            num_pending_arrivals=e["pending"], finished=tuple(pending["finished"]),
-            admitted=tuple(e["admitted"]), preempted=tuple(e["preempted"]), rejected=tuple(pending["rejected"]),
-            counters=Counters(*e["counters"]), cost=cost, decode_cost=decode_cost, arrived=tuple(pending["arrived"]),
-            controls=tuple(pending["controls"]), arrival_speed=e.get("pace"))
+            counters=COUNTERS.decode(e["counters"]), cost=cost, decode_cost=decode_cost,
+            finished=tuple(pending["finished"]), rejected=tuple(pending["rejected"]), arrived=tuple(pending["arrived"]),
+            controls=tuple(pending["controls"]))
 
+
+def _all_or_no_decode(n: dict, cost: StepCost) -> StepCost:
+    """A step without decode_cost: every row decodes, or none does (in a file from before the field, a
+    mixed step's is lost)."""
+    decodes = n["num_decode_tokens"] + n["num_padding_tokens"]
+    return cost if decodes and not n["num_prefill_tokens"] and not n["num_prompt_padding_tokens"] else StepCost()

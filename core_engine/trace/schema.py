@@ -8,98 +8,37 @@ only (seq, t, type), and its events are passed through for its own reader.
 
 from __future__ import annotations
 
-import math
-from collections.abc import Callable
-
 from batchtop.core_engine.config import MODES, EngineConfig, config_from_dict
-from batchtop.core_engine.engine.snapshot import Counters, FinishedRequest
-from batchtop.core_engine.model.cost import StepCost
 from batchtop.core_engine.sched.wait_reason import WaitKind
 from batchtop.core_engine.errors import BadInput
 from batchtop.core_engine.perf.device_peaks import DevicePeaks
+from batchtop.core_engine.trace.checks import (MAX_LENGTH, Check, _is_int, _is_num, anything, entries, integer,
+                                               list_of, number, one_of, optional, text)
+from batchtop.core_engine.trace.codec import PHASE_CODE
+from batchtop.core_engine.trace.layout import (ARRIVAL, CELL_FIELDS, COST, COUNTERS, FINISH, PACKS, SLOT_CELL_HEAD,
+                                               STEP_NAMED, Named)
 
 ENGINE_SOURCE = "engine"
-Check = Callable[[object], str | None]  # None when the value is good, else what is wrong with it
-# What a number in a trace may be: finite is not enough, a replay sums times and costs over every step
-# and a fit squares them. Far past any real session (31,700 years; 1e30 FLOPs or bytes in one step;
-# counts a float holds exactly), so only a damaged or hand-edited line meets them.
-MAX_SECONDS = 1e12
-MAX_WORK = 1e30
-MAX_COUNT = 2 ** 53
-MAX_LENGTH = 2 ** 63 - 1
 PEAK_RANGES = {"peak_flops": (1e3, 1e21), "peak_bytes_per_s": (1e3, 1e18)}  # from a microcontroller to a rack
-
-
-def _is_int(v: object) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool)
-
-
-def _is_num(v: object) -> bool:
-    if isinstance(v, bool) or not isinstance(v, (int, float)):
-        return False
-    try:
-        return math.isfinite(v)
-    except OverflowError:
-        return False
-
-
-def integer(minimum: int = 0, maximum: int = MAX_COUNT) -> Check:
-    def check(v: object) -> str | None:
-        if _is_int(v) and minimum <= v <= maximum:
-            return None
-        shown = f"an integer of {len(str(v))} digits" if _is_int(v) and v > 10 ** 30 else repr(v)
-        return f"must be an integer >= {minimum} and at most {maximum}, got {shown}"
-    return check
-
-
-def number(minimum: float = 0.0, maximum: float = MAX_SECONDS) -> Check:
-    return lambda v: (None if _is_num(v) and minimum <= v <= maximum
-                      else f"must be a number >= {minimum:g} and at most {maximum:g}, got {v!r}")
-
-
-def text(v: object) -> str | None:
-    return None if isinstance(v, str) else f"must be a string, got {v!r}"
-
-
-def one_of(choices: tuple[str, ...]) -> Check:
-    return lambda v: None if v in choices else f"must be one of {', '.join(choices)}, got {v!r}"
-
-
-def optional(check: Check) -> Check:
-    return lambda v: None if v is None else check(v)
-
-
-def anything(v: object) -> str | None:
-    return None
-
-
-def list_of(check: Check, *, lengths: tuple[int, ...] | None = None, even: bool = False) -> Check:
-    def check_list(v: object) -> str | None:
-        if not isinstance(v, list):
-            return f"must be a list, got {v!r}"
-        if lengths is not None and len(v) not in lengths:
-            return f"must have {' or '.join(map(str, lengths))} entries, has {len(v)}"
-        if even and len(v) % 2:
-            return f"must have an even number of entries (pairs), has {len(v)}"
-        for i, item in enumerate(v):
-            problem = check(item)
-            if problem is not None:
-                return f"[{i}] {problem}"
-        return None
-    return check_list
+_COUNT = integer(0)
+_TIME = number(0.0)
+_CELL_NAMES = ", ".join(f.name for f in CELL_FIELDS[:SLOT_CELL_HEAD]) + "".join(
+    f"(, {f.name}" for f in CELL_FIELDS[SLOT_CELL_HEAD:]) + ")" * (len(CELL_FIELDS) - SLOT_CELL_HEAD)
 
 
 def _slot(v: object) -> str | None:
-    """0 for an empty slot, else [request index, phase code, computed, generated(, prompt padding(, cached))]."""
+    """0 for an empty slot, else [request index, phase code, then the slot's own numbers (layout.CELL_FIELDS:
+    computed, generated(, prompt padding(, cached)))]."""
     if v == 0 and _is_int(v):
         return None
-    if not isinstance(v, list) or len(v) not in (4, 5, 6):
-        return f"must be 0 or [index, phase, computed, generated(, padding(, cached))], got {v!r}"
-    if v[1] not in ("p", "d", "x", "i", "f"):
-        return f"phase must be one of p, d, x, i, f, got {v[1]!r}"
-    if not all(_is_int(x) and x >= 0 for i, x in enumerate(v) if i != 1):
-        return f"must hold integers >= 0 beside its phase, got {v!r}"
-    return None
+    if not isinstance(v, list) or not 2 + SLOT_CELL_HEAD <= len(v) <= 2 + len(CELL_FIELDS):
+        return f"must be 0 or [index, phase, {_CELL_NAMES}], got {v!r}"
+    if v[1] not in PHASE_CODE.values():
+        return f"phase must be one of {', '.join(PHASE_CODE.values())}, got {v[1]!r}"
+    problem = _COUNT(v[0])
+    if problem is None:
+        problem = next((p for f, x in zip(CELL_FIELDS, v[2:]) if (p := f.type.check(x)) is not None), None)
+    return None if problem is None else f"{problem} (in {v!r})"
 
 
 def _wait(v: object) -> str | None:
@@ -119,27 +58,29 @@ def _runs(v: object) -> str | None:
     return None if bad is None else f"[{bad}] is a run of {v[bad]} blocks; runs have >= 1"  # type: ignore[index]
 
 
-_COUNT = integer(0)
-# a trace from before prefix caching has the counters without its last three (queries, hits, cached)
-COUNTER_LENGTHS = (len(Counters.__slots__) - 3, len(Counters.__slots__))
-_TIME = number(0.0)
-_WORK = number(0.0, MAX_WORK)
+# tighter than what a field's type allows (field_types.py), by event; a new field needs no entry
+_TIMES = {"step_time_s": _TIME, "schedule_s": _TIME, "prepare_s": _TIME, "forward_s": _TIME}
+STEP_TIGHTER: dict[str, Check] = {"t": _TIME, "mode": one_of(MODES), "max_num_seqs": integer(1),
+                                  "max_num_batched_tokens": integer(1), "arrival_speed": _TIME, **_TIMES}
+# a request refused for its size arrives too: lengths up to what a workload may give (2**63-1)
+ARRIVAL_TIGHTER: dict[str, Check] = {"prompt_len": integer(1, MAX_LENGTH), "max_tokens": integer(1, MAX_LENGTH),
+                                     "arrival_s": _TIME}
+FINISH_TIGHTER: dict[str, Check] = {"arrival_s": _TIME, "first_token_s": optional(_TIME), "finish_s": _TIME}
+
+
+def checks_of(fields: tuple[Named, ...], required: bool, tighter: dict[str, Check]) -> dict[str, Check]:
+    return {f.key: tighter.get(f.name, f.type.check) for f in fields if f.required == required}
+
+
 STEP_FIELDS: dict[str, Check] = {
-    "step": _COUNT, "run_t": _TIME, "mode": one_of(MODES), "max_num_seqs": integer(1),
-    "max_num_batched_tokens": integer(1), "times": list_of(_TIME, lengths=(4,)),
-    "tokens": list_of(_COUNT, lengths=(4, 5)), "slots": list_of(_slot), "free_blocks": _COUNT,
-    "waiting": list_of(_COUNT, even=True), "num_waiting": _COUNT, "pending": _COUNT,
-    "admitted": list_of(text), "preempted": list_of(text),
-    "counters": list_of(_COUNT, lengths=COUNTER_LENGTHS),
-    "cost": list_of(_WORK, lengths=(len(StepCost.__slots__),)),
+    **checks_of(STEP_NAMED, True, STEP_TIGHTER),
+    **{p.key: entries([STEP_TIGHTER.get(f.name, f.type.check) for f in p.fields], p.at_least) for p in PACKS},
+    "slots": list_of(_slot), "waiting": list_of(_COUNT, even=True), "counters": COUNTERS.check, "cost": COST.check,
 }
-OPTIONAL_STEP_FIELDS: dict[str, Check] = {"wait": optional(_wait), "kv": _runs, "kv_refs": _runs, "pace": _TIME,
-                                          "decode_cost": list_of(_WORK, lengths=(len(StepCost.__slots__),))}
-FINISH_TYPES: dict[str, Check] = {
-    "request_id": text, "index": _COUNT, "prompt_len": _COUNT, "num_generated": _COUNT, "arrival_s": _TIME,
-    "first_token_s": optional(_TIME), "finish_s": _TIME, "num_preemptions": _COUNT, "finish_reason": text,
-}
-assert set(FINISH_TYPES) | {"output_token_ids"} == set(FinishedRequest.__slots__)
+OPTIONAL_STEP_FIELDS: dict[str, Check] = {**checks_of(STEP_NAMED, False, STEP_TIGHTER), "wait": optional(_wait),
+                                          "kv": _runs, "kv_refs": _runs, "decode_cost": COST.check}
+
+
 def _text_pair(v: object) -> str | None:
     ok = isinstance(v, list) and len(v) == 2 and _is_int(v[0]) and v[0] >= 0 and isinstance(v[1], str)
     return None if ok else f"must be [request index, text], got {v!r}"
@@ -150,11 +91,9 @@ _PAIRS = list_of(_text_pair)
 # event type -> (required fields, optional fields)
 ENGINE_EVENTS: dict[str, tuple[dict[str, Check], dict[str, Check]]] = {
     "control": ({"name": text}, {"value": anything}),
-    # a request refused for its size arrives too: lengths up to what a workload may give (2**63-1)
-    "arrival": ({"index": _COUNT, "id": text, "prompt_len": integer(1, MAX_LENGTH), "max_tokens": integer(1, MAX_LENGTH),
-                 "arrival_s": _TIME}, {}),
+    "arrival": (checks_of(ARRIVAL, True, ARRIVAL_TIGHTER), checks_of(ARRIVAL, False, ARRIVAL_TIGHTER)),
     "reject": ({"id": text, "reason": text}, {}),
-    "finish": (FINISH_TYPES, {"output_token_ids": list_of(_COUNT)}),
+    "finish": (checks_of(FINISH, True, FINISH_TIGHTER), checks_of(FINISH, False, FINISH_TIGHTER)),
     "text": ({"prompts": _PAIRS, "outputs": _PAIRS}, {}),
     "step": (STEP_FIELDS, OPTIONAL_STEP_FIELDS),
     "view": (STEP_FIELDS, OPTIONAL_STEP_FIELDS),

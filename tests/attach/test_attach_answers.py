@@ -9,8 +9,8 @@ import zlib
 
 import pytest
 
-from batchtop.core_engine.attach.answer import MAX_BYTES
-from batchtop.core_engine.attach.scrape import BAD, LIVE, Scraper
+from batchtop.core_engine.attach.scrape.answer import MAX_BYTES
+from batchtop.core_engine.attach.scrape.scrape import BAD, LIVE, Scraper
 from tests.support.attach_helpers import VLLM_T0
 from tests.support.local_http import Answering, local_server
 

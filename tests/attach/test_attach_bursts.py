@@ -10,7 +10,7 @@ import random
 
 import pytest
 
-from batchtop.core_engine.attach.bursts import BurstWatch
+from batchtop.core_engine.attach.verdict.bursts import BurstWatch
 from batchtop.core_engine.attach.history import HistoryPoint
 from tests.support.scripted_vllm import Tick, feed
 
@@ -135,7 +135,7 @@ def test_a_burst_admitted_over_two_scrapes_and_a_server_without_finish_counts():
 
 
 def verdicts_of(name: str) -> list[tuple[float, object]]:
-    from batchtop.core_engine.attach.record import monitor_for, recorded_ticks
+    from batchtop.core_engine.attach.record.record import monitor_for, recorded_ticks
     from batchtop.core_engine.trace.trace import read_trace
     from tests.support.attach_helpers import DATA
     trace = read_trace(str(DATA / name))

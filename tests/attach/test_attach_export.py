@@ -11,12 +11,12 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from batchtop.core_engine.attach.histogram import Histogram
+from batchtop.core_engine.attach.scrape.histogram import Histogram
 from batchtop.core_engine.attach.monitor import Monitor
-from batchtop.core_engine.attach.record import monitor_for, recorded_ticks
-from batchtop.core_engine.attach.sample import parse_exposition
-from batchtop.core_engine.attach.verdict_span import step_buckets
-from batchtop.core_engine.attach.workload_export import ExportError, build_workload
+from batchtop.core_engine.attach.record.record import monitor_for, recorded_ticks
+from batchtop.core_engine.attach.scrape.sample import parse_exposition
+from batchtop.core_engine.attach.verdict.verdict_span import step_buckets
+from batchtop.core_engine.attach.record.workload_export import ExportError, build_workload
 from batchtop.core_engine.trace.trace import read_trace
 from batchtop.core_engine.workload.spec import WorkloadSpec, load_workload
 from batchtop.tui.cli import main

@@ -10,8 +10,8 @@ import time
 from click.testing import CliRunner
 
 from batchtop.core_engine.attach.monitor import Monitor
-from batchtop.core_engine.attach.poller import LivePoller
-from batchtop.core_engine.attach.scrape import BAD, DOWN, LIVE, STALE
+from batchtop.core_engine.attach.scrape.poller import LivePoller
+from batchtop.core_engine.attach.scrape.scrape import BAD, DOWN, LIVE, STALE
 from batchtop.tui.cli import main
 from tests.support.attach_helpers import VLLM_T0, VLLM_T2, FlakyMetrics, flaky_server, restarted
 
@@ -115,7 +115,7 @@ def test_a_watch_whose_recording_fails_still_writes_what_it_saw(tmp_path, monkey
     """--record's disk filling up mid-watch: exit 1 naming the error, the JSON of the ticks before it."""
     import errno
 
-    from batchtop.core_engine.attach.record import AttachRecorder
+    from batchtop.core_engine.attach.record.record import AttachRecorder
 
     real_tick, calls = AttachRecorder.tick, []
 

@@ -11,13 +11,17 @@ import re
 
 import pytest
 
-from batchtop.core_engine.attach.flavours import LLAMACPP, LMDEPLOY, NIM, TGI, TRTLLM
-from batchtop.core_engine.attach.llamacpp_slots import DISABLED_NOTE
+from batchtop.core_engine.attach.servers.llamacpp import LLAMACPP
+from batchtop.core_engine.attach.servers.lmdeploy import LMDEPLOY
+from batchtop.core_engine.attach.servers.nim import NIM
+from batchtop.core_engine.attach.servers.tgi import TGI
+from batchtop.core_engine.attach.servers.trtllm import TRTLLM
+from batchtop.core_engine.attach.scrape.llamacpp_slots import DISABLED_NOTE
 from batchtop.core_engine.attach.monitor import Monitor
-from batchtop.core_engine.attach.record import AttachRecorder, attach_header, monitor_for, recorded_ticks
-from batchtop.core_engine.attach.sample import BadExposition, parse_exposition
-from batchtop.core_engine.attach.scrape import BAD, LIVE, Scraper
-from batchtop.core_engine.attach.trtllm import IDLE_NOTE
+from batchtop.core_engine.attach.record.record import AttachRecorder, attach_header, monitor_for, recorded_ticks
+from batchtop.core_engine.attach.scrape.sample import BadExposition, parse_exposition
+from batchtop.core_engine.attach.scrape.scrape import BAD, LIVE, Scraper
+from batchtop.core_engine.attach.scrape.trtllm_stats import IDLE_NOTE
 from batchtop.core_engine.trace.trace import read_trace
 from tests.support.attach_helpers import DATA, VLLM_IDLE, live, sglang_text
 from tests.support.route_server import Routes, route_server

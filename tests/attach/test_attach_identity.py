@@ -9,8 +9,8 @@ import json
 import pytest
 from click.testing import CliRunner
 
-from batchtop.core_engine.attach.identity import refuse_duplicates
-from batchtop.core_engine.attach.scrape import metrics_url
+from batchtop.core_engine.attach.scrape.identity import refuse_duplicates
+from batchtop.core_engine.attach.scrape.scrape import metrics_url
 from batchtop.core_engine.errors import ConfigError
 from batchtop.tui.cli import main
 from tests.support.attach_helpers import VLLM_T0, FlakyMetrics, flaky_server
@@ -53,7 +53,7 @@ def test_names_that_do_not_resolve_stand_for_themselves_and_a_stuck_resolver_cos
     import threading
     import time
 
-    from batchtop.core_engine.attach import identity
+    from batchtop.core_engine.attach.scrape import identity
     stuck = threading.Event()
     monkeypatch.setattr(identity.socket, "getaddrinfo", lambda *a, **k: stuck.wait(30) and [])
     monkeypatch.setattr(identity, "RESOLVE_S", 0.2)

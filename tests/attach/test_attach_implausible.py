@@ -12,9 +12,9 @@ import pytest
 from click.testing import CliRunner
 
 from batchtop.core_engine.attach.monitor import Monitor
-from batchtop.core_engine.attach.record import AttachRecorder, attach_header
-from batchtop.core_engine.attach.sample import BadExposition, parse_exposition
-from batchtop.core_engine.attach.scrape import BAD, LIVE
+from batchtop.core_engine.attach.record.record import AttachRecorder, attach_header
+from batchtop.core_engine.attach.scrape.sample import BadExposition, parse_exposition
+from batchtop.core_engine.attach.scrape.scrape import BAD, LIVE
 from batchtop.core_engine.trace.trace import read_trace
 from batchtop.tui.app import BatchtopApp
 from batchtop.tui.sources.attach import AttachReplaySource
@@ -204,7 +204,7 @@ def test_a_replica_with_impossible_counts_stays_out_of_the_aggregate_and_its_ver
 
 def test_fractional_or_absurd_queue_counts_are_implausible_too():
     good = vllm_sample(VLLM_T0, 0.0)
-    from batchtop.core_engine.attach.plausible import sample_problem
+    from batchtop.core_engine.attach.scrape.plausible import sample_problem
     assert sample_problem(good) is None
     assert sample_problem(dataclasses.replace(good, waiting=3.25)) == \
         "implausible waiting 3.25: requests are counted in whole numbers"

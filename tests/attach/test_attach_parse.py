@@ -7,11 +7,13 @@ import dataclasses
 
 import pytest
 
-from batchtop.core_engine.attach.flavours import BATCHTOP, SGLANG, VLLM
-from batchtop.core_engine.attach.histogram import Histogram, merge_all
+from batchtop.core_engine.attach.servers.batchtop import BATCHTOP
+from batchtop.core_engine.attach.servers.sglang import SGLANG
+from batchtop.core_engine.attach.servers.vllm import VLLM
+from batchtop.core_engine.attach.scrape.histogram import Histogram, merge_all
 from batchtop.core_engine.attach.monitor import Monitor
 from batchtop.core_engine.attach.roofline_point import ModelEstimate
-from batchtop.core_engine.attach.sample import BadExposition, parse_exposition
+from batchtop.core_engine.attach.scrape.sample import BadExposition, parse_exposition
 from batchtop.core_engine.config import preset
 from batchtop.core_engine.perf.device_peaks import datasheet_peaks
 from tests.support.attach_helpers import VLLM_IDLE, VLLM_T0, VLLM_T2, live, sglang_text, vllm_sample
@@ -156,7 +158,7 @@ def test_replicas_sum_gauges_and_rates_merge_buckets_and_name_the_outlier():
 
 
 def test_a_recording_header_keeps_the_model_of_an_estimate(tmp_path):
-    from batchtop.core_engine.attach.record import AttachRecorder, attach_header, monitor_for, recorded_ticks
+    from batchtop.core_engine.attach.record.record import AttachRecorder, attach_header, monitor_for, recorded_ticks
     from batchtop.core_engine.trace.trace import read_trace
 
     estimate = ModelEstimate(preset("cpu-demo"), "bfloat16")

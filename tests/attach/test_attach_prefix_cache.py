@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 
 from batchtop.core_engine.attach.monitor import Monitor
-from batchtop.core_engine.attach.sample import parse_exposition
+from batchtop.core_engine.attach.scrape.sample import parse_exposition
 from batchtop.core_engine.engine.engine import Engine
 from batchtop.core_engine.sched.request import Request
 from batchtop.core_engine.serve.exporter import VllmMetrics

@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from batchtop.core_engine.attach.record import AttachRecorder, attach_header
+from batchtop.core_engine.attach.record.record import AttachRecorder, attach_header
 from batchtop.core_engine.attach.roofline_point import ModelEstimate
-from batchtop.core_engine.attach.scrape import DOWN, ScrapeResult
+from batchtop.core_engine.attach.scrape.scrape import DOWN, ScrapeResult
 from batchtop.core_engine.config import preset
 from batchtop.core_engine.perf.device_peaks import datasheet_peaks
 from batchtop.tui.app import BatchtopApp
@@ -122,7 +122,7 @@ def test_a_replay_speed_that_is_not_a_number_is_refused_and_never_spins(tmp_path
     import math
     import threading
 
-    from batchtop.tui.sources.attach import _sleep_until
+    from batchtop.core_engine.attach.watch import sleep_until
 
     path = tmp_path / "attach.jsonl"
     recording(path)
@@ -130,7 +130,7 @@ def test_a_replay_speed_that_is_not_a_number_is_refused_and_never_spins(tmp_path
         result = CliRunner().invoke(main, ["replay", str(path), "--speed", value])
         assert result.exit_code == 2 and "--speed" in result.output, result.output
     # the wait between recorded scrapes returns on a NaN deadline instead of busy-looping forever
-    waited = threading.Thread(target=_sleep_until, args=(math.nan, lambda: False, threading.Event()), daemon=True)
+    waited = threading.Thread(target=sleep_until, args=(math.nan, lambda: False, threading.Event()), daemon=True)
     waited.start()
     waited.join(5.0)
     assert not waited.is_alive()

@@ -14,8 +14,8 @@ import time
 
 from click.testing import CliRunner
 
-from batchtop.core_engine.attach.poller import SLACK_S, LivePoller
-from batchtop.core_engine.attach.scrape import LIVE, STALE
+from batchtop.core_engine.attach.scrape.poller import SLACK_S, LivePoller
+from batchtop.core_engine.attach.scrape.scrape import LIVE, STALE
 from batchtop.tui.app import BatchtopApp
 from batchtop.tui.sources.attach import AttachSource
 from batchtop.tui.cli import main

@@ -10,8 +10,8 @@ import json
 import pytest
 from click.testing import CliRunner
 
-from batchtop.core_engine.attach.record import monitor_for, recorded_ticks
-from batchtop.core_engine.attach.verdict_tracker import CONFIRM
+from batchtop.core_engine.attach.record.record import monitor_for, recorded_ticks
+from batchtop.core_engine.attach.verdict.verdict_tracker import CONFIRM
 from batchtop.core_engine.trace.trace import read_trace
 from batchtop.tui.cli import main
 from tests.support.attach_helpers import DATA
@@ -201,8 +201,8 @@ def test_the_ceiling_inferred_stays_while_the_queue_drains():
 
 def test_a_server_that_stops_answering_keeps_its_last_verdict():
     from batchtop.core_engine.attach.monitor import Monitor
-    from batchtop.core_engine.attach.sample import parse_exposition
-    from batchtop.core_engine.attach.scrape import DOWN, ScrapeResult
+    from batchtop.core_engine.attach.scrape.sample import parse_exposition
+    from batchtop.core_engine.attach.scrape.scrape import DOWN, ScrapeResult
     from tests.support.attach_helpers import live
     from tests.support.scripted_vllm import ScriptedVllm
     server, monitor = ScriptedVllm(), Monitor(["a"], max_num_seqs=4)
@@ -215,7 +215,7 @@ def test_a_server_that_stops_answering_keeps_its_last_verdict():
 def test_batchtop_serve_says_its_own_ceiling_and_budget_and_the_verdict_uses_them():
     """batchtop serve's `batchtop:max_num_seqs` is the ceiling, over a --max-num-seqs that disagrees."""
     from batchtop.core_engine.attach.monitor import Monitor
-    from batchtop.core_engine.attach.sample import parse_exposition
+    from batchtop.core_engine.attach.scrape.sample import parse_exposition
     from tests.support.attach_helpers import live
     from tests.support.scripted_vllm import ScriptedVllm
     knobs = ("# TYPE batchtop:max_num_seqs gauge\nbatchtop:max_num_seqs 4\n"

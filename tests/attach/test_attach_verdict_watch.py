@@ -8,7 +8,7 @@ import json
 import pytest
 from click.testing import CliRunner
 
-from batchtop.core_engine.attach.record import recorded_ticks
+from batchtop.core_engine.attach.record.record import recorded_ticks
 from batchtop.core_engine.trace.trace import read_trace
 from batchtop.tui.cli import main
 from tests.attach.test_attach_verdict import slot_bound
@@ -19,7 +19,7 @@ from tests.support.scripted_vllm import Tick, scripted_server
 def test_a_watch_that_ends_as_the_load_drains_still_says_what_held_while_it_ran(tmp_path):
     """The live run of vLLM with 4 slots under 32 clients ended one scrape after the queue emptied:
     the final verdict is the drain's, the history and 'held longest' say SLOTS for the 30 s of load."""
-    from batchtop.core_engine.attach.record import monitor_for
+    from batchtop.core_engine.attach.record.record import monitor_for
     trace = read_trace(str(DATA / "attach-vllm-0.32-cpu-4slots-32clients-drained.jsonl.gz"))
     monitor = monitor_for(trace)
     for t, results in recorded_ticks(trace):
@@ -56,8 +56,8 @@ def test_scrapes_that_brought_nothing_new_never_confirm_a_verdict():
     """One fresh tick pointed to SLOTS; the server then went DOWN. Before: the same old scrapes were
     judged again on every DOWN tick, and SLOTS was 'confirmed' by three ticks that saw no server."""
     from batchtop.core_engine.attach.monitor import Monitor
-    from batchtop.core_engine.attach.sample import parse_exposition
-    from batchtop.core_engine.attach.scrape import DOWN, ScrapeResult
+    from batchtop.core_engine.attach.scrape.sample import parse_exposition
+    from batchtop.core_engine.attach.scrape.scrape import DOWN, ScrapeResult
     from tests.support.attach_helpers import live
     from tests.support.scripted_vllm import ScriptedVllm
     server, monitor = ScriptedVllm(), Monitor(["a"], max_num_seqs=4)
@@ -72,7 +72,7 @@ def test_two_servers_taking_turns_behind_one_url_are_bad_not_a_rate():
     """A load balancer in front of two vLLM replicas: the counters fall back on every other scrape and
     jump forward on the next. Before: 2480 generation tok/s where each server made 80."""
     from batchtop.core_engine.attach.monitor import Monitor
-    from batchtop.core_engine.attach.sample import parse_exposition
+    from batchtop.core_engine.attach.scrape.sample import parse_exposition
     from tests.support.attach_helpers import live
     from tests.support.scripted_vllm import ScriptedVllm
     tick = Tick(4, 10, kv=0.2, steps=(4,) * 20, finished=((64, 100),))
@@ -87,7 +87,7 @@ def test_two_servers_taking_turns_behind_one_url_are_bad_not_a_rate():
     assert all(s.status == "BAD" and s.rates.get("generation_tokens") is None for s in late)
     assert late[-1].reason.startswith("counters restarted 3 times in") and "a load balancer?" in late[-1].reason
     assert all(f.verdict.kind == "watching" for f in frames)
-    from batchtop.core_engine.attach.workload_export import ExportError, build_workload
+    from batchtop.core_engine.attach.record.workload_export import ExportError, build_workload
     with pytest.raises(ExportError, match="^lb: counters restarted 3 times .* not one server's traffic"):
         build_workload([w.session for w in monitor.windows], monitor.urls, "vllm")
 
@@ -96,7 +96,7 @@ def test_real_vllm_under_a_client_that_sends_batches_is_client_bound_in_batches(
     """vLLM 0.32 CPU, 16 slots, examples/batch_client.py (batches of 16, each awaited whole): running
     9, 1, 16, 11, 2, 1, 1, 0, 11, 1, ... attach came in as the first batch drained, so that batch counts
     from its drain; the next two came each as the one before had finished."""
-    from batchtop.core_engine.attach.record import monitor_for
+    from batchtop.core_engine.attach.record.record import monitor_for
     trace = read_trace(str(DATA / "attach-vllm-0.32-cpu-16slots-batch-client.jsonl.gz"))
     monitor = monitor_for(trace)
     verdicts = [(t, monitor.feed(results, t).verdict) for t, results in recorded_ticks(trace)]

@@ -8,7 +8,7 @@ import re
 
 import pytest
 
-from batchtop.core_engine.attach.record import monitor_for, recorded_ticks
+from batchtop.core_engine.attach.record.record import monitor_for, recorded_ticks
 from batchtop.core_engine.trace.trace import read_trace
 from tests.support.attach_helpers import DATA
 

@@ -26,7 +26,7 @@ from contextlib import contextmanager
 import httpx
 import pytest
 
-from batchtop.core_engine.attach.sample import parse_exposition
+from batchtop.core_engine.attach.scrape.sample import parse_exposition
 from tests.conftest import tiny_config
 from tests.support.local_http import Answering, local_server
 from tests.support.serving import serving, wait_idle

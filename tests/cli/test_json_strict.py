@@ -139,7 +139,7 @@ def test_cached_device_peaks_that_are_nan_are_measured_again(tmp_path, monkeypat
 
 def test_an_attach_sample_of_a_server_that_exposes_nan_is_strict_json():
     import re
-    from batchtop.core_engine.attach.sample import parse_exposition
+    from batchtop.core_engine.attach.scrape.sample import parse_exposition
     text = (Path(__file__).resolve().parents[1] / "data" / "vllm-0.32-cpu-idle.prom").read_text()
     text = re.sub(r"^(vllm:(num_requests_running|kv_cache_usage_perc)\{[^}]*\}) .*$", r"\1 NaN", text, flags=re.M)
     text = re.sub(r"^(vllm:num_requests_waiting\{[^}]*\}) .*$", r"\1 +Inf", text, flags=re.M)

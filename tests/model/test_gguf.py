@@ -130,7 +130,7 @@ def test_an_unsupported_architecture_is_named_with_the_supported_list(tmp_path):
     path = tmp_path / "gemma.gguf"
     write_gguf(path, plain_llama(), "gemma", Q.F16)
     with pytest.raises(BadInput, match=r"gemma.gguf: architecture 'gemma' is not supported \(supported: llama, "
-                                       r"qwen2, qwen3\)"):
+                                       r"qwen2, qwen3, seed_oss\)"):
         read_gguf_config(path)
 
 

@@ -44,7 +44,7 @@ def test_an_unsupported_architecture_exits_2_on_the_command_line(tmp_path):
     path = tmp_path / "phi.gguf"
     write_gguf(path, plain_llama(), "phi3", Q.F16)
     result = headless("--model", str(path))
-    assert result.exit_code == 2 and "architecture 'phi3' is not supported (supported: llama, qwen2, qwen3)" \
+    assert result.exit_code == 2 and "architecture 'phi3' is not supported (supported: llama, qwen2, qwen3, seed_oss)" \
         in result.output
 
 

@@ -13,7 +13,7 @@ from batchtop.core_engine.model.cost import Chunk, step_cost
 from batchtop.core_engine.perf.roofline import attention_time, device_time, marginal_sequence_cost
 from batchtop.core_engine.engine.engine import Engine
 from batchtop.core_engine.simulate.calibration import Calibration
-from batchtop.tui.sources.frame import FrameBuilder
+from batchtop.core_engine.run.frame import FrameBuilder
 from batchtop.tui.widgets.engine.roofline import RooflinePanel
 from tests.conftest import make_requests, tiny_config
 

@@ -13,8 +13,8 @@ from pathlib import Path
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
-from batchtop.core_engine.attach.sample import ReplicaSample, parse_exposition
-from batchtop.core_engine.attach.scrape import LIVE, ScrapeResult
+from batchtop.core_engine.attach.scrape.sample import ReplicaSample, parse_exposition
+from batchtop.core_engine.attach.scrape.scrape import LIVE, ScrapeResult
 from tests.support.local_http import Answering, local_server
 
 DATA = Path(__file__).resolve().parents[1] / "data"

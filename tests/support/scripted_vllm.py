@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
 from batchtop.core_engine.attach.monitor import AttachFrame, Monitor
-from batchtop.core_engine.attach.sample import parse_exposition
+from batchtop.core_engine.attach.scrape.sample import parse_exposition
 from batchtop.core_engine.serve.exporter import ITERATION_TOKEN_BUCKETS, request_token_buckets
 from tests.support.attach_helpers import live
 from tests.support.local_http import Answering, local_server

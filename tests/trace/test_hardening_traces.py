@@ -145,7 +145,7 @@ def put(name: str, value):
     (lambda ev: edit_event(ev, "arrival", put("t", "soon")), "field t must be a number"),
     (lambda ev: edit_event(ev, "step", drop("times")), "step event: field times is missing"),
     (lambda ev: edit_event(ev, "step", put("slots", "full")), "step event: field slots must be a list"),
-    (lambda ev: edit_event(ev, "step", put("counters", [1, 2])), "step event: field counters must have 9 or 12 entries"),
+    (lambda ev: edit_event(ev, "step", put("counters", [1, 2])), "step event: field counters must have 9 to 12 entries"),
     (lambda ev: edit_event(ev, "step", put("mode", "turbo")), "step event: field mode must be one of"),
     (lambda ev: edit_event(ev, "arrival", put("prompt_len", "12")), "arrival event: field prompt_len must be an integer"),
     (lambda ev: edit_event(ev, "finish", drop("finish_s")), "finish event: field finish_s is missing"),

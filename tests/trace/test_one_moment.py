@@ -18,7 +18,7 @@ from batchtop.core_engine.sched.request import Phase
 from batchtop.core_engine.serve.exporter import num_running
 from batchtop.core_engine.trace.codec import PHASE_CODE, SnapshotDecoder
 from batchtop.core_engine.trace.trace import read_trace
-from batchtop.tui.sources.frame import FrameBuilder
+from batchtop.core_engine.run.frame import FrameBuilder
 from tests.conftest import make_requests, tiny_config
 
 POOL = 48  # blocks of 4 tokens: 16 slots of up to 80-token requests preempt under continuous batching

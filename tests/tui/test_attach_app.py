@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import asyncio
 
-from batchtop.core_engine.attach.record import AttachRecorder, attach_header
-from batchtop.core_engine.attach.scrape import DOWN, ScrapeResult
+from batchtop.core_engine.attach.record.record import AttachRecorder, attach_header
+from batchtop.core_engine.attach.scrape.scrape import DOWN, ScrapeResult
 from batchtop.core_engine.perf.device_peaks import datasheet_peaks
 from batchtop.core_engine.trace.trace import read_trace
 from batchtop.tui.app import BatchtopApp

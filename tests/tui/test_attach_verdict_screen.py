@@ -8,8 +8,8 @@ import dataclasses
 
 import pytest
 
-from batchtop.core_engine.attach.record import AttachRecorder, attach_header
-from batchtop.core_engine.attach.sample import Slot, parse_exposition
+from batchtop.core_engine.attach.record.record import AttachRecorder, attach_header
+from batchtop.core_engine.attach.scrape.sample import Slot, parse_exposition
 from batchtop.core_engine.trace.trace import read_trace
 from batchtop.tui.app import BatchtopApp
 from batchtop.tui.sources.attach import AttachReplaySource
@@ -97,7 +97,7 @@ async def test_llamacpp_slots_are_drawn_one_by_one(tmp_path):
 def trtllm_samples() -> list:
     import json
 
-    from batchtop.core_engine.attach.scrape import Scraper
+    from batchtop.core_engine.attach.scrape.scrape import Scraper
     from tests.support.route_server import Routes, route_server
     a, b = (DATA / "trtllm-a.json").read_text(), (DATA / "trtllm-b.json").read_text()
     routes = Routes({"/metrics": (200, a)})
@@ -118,7 +118,7 @@ def fixture_samples(flavour: str) -> list:
     return [parse_exposition((DATA / f"{flavour}-{ab}.prom").read_text(), t) for ab, t in (("a", 0.0), ("b", 2.0))]
 
 
-# what each server cannot fill, and where the panels say it (the words of core_engine/attach/coverage.py)
+# what each server cannot fill, and where the panels say it (the words of each record in core_engine/attach/servers/)
 CANNOT_FILL = {
     "sglang": {AttachSlotsPanel: ["SGLang does not export max_running_requests"],
                AttachWaitingPanel: ["SGLang gives no waiting reasons", "SGLang exposes no preemption counter"],

@@ -9,7 +9,7 @@ from types import SimpleNamespace
 
 from textual.app import App, ComposeResult
 
-from batchtop.core_engine.attach.roofline_point import RooflinePoint as AttachPoint
+from batchtop.core_engine.perf.roofline_point import RooflinePoint as AttachPoint
 from batchtop.core_engine.config import preset
 from batchtop.core_engine.engine.engine import Engine
 from batchtop.core_engine.model.cost import Chunk, step_cost

@@ -6,17 +6,16 @@ from __future__ import annotations
 
 import signal
 import sys
-import time
 import traceback
 
-from batchtop.core_engine.attach.identity import refuse_duplicates
+from batchtop.core_engine.attach.scrape.identity import refuse_duplicates
 from batchtop.core_engine.attach.monitor import AttachFrame, Monitor
-from batchtop.core_engine.attach.poller import LivePoller
 from batchtop.core_engine.attach.peaks import attach_peaks
 from batchtop.core_engine.attach.report import attach_report
 from batchtop.core_engine.attach.setup import AttachOptions, AttachSetup
 from batchtop.core_engine.attach.roofline_point import ModelEstimate
-from batchtop.core_engine.attach.scrape import metrics_url
+from batchtop.core_engine.attach.scrape.scrape import metrics_url
+from batchtop.core_engine.attach.watch import AttachWatch
 from batchtop.core_engine.errors import ConfigError
 from batchtop.core_engine.run.stop import Terminated, exit_status
 from batchtop.tui.cli.attach_export import export_workload
@@ -58,28 +57,18 @@ def progress_line(frame: AttachFrame) -> str:
 def run_headless(setup: AttachSetup) -> int:
     """Scrape every --interval for --duration seconds, then write batchtop.attach/1 JSON."""
     opts = setup.opts
-    poller = LivePoller(setup.urls, opts.interval, opts.timeout_s)
-    monitor = setup.monitor()
-    recorder = setup.recorder()
-    frame = monitor.frame()
-    complete = False
+    watch = AttachWatch(setup)
     tty = sys.stderr.isatty()
     exit_code = exit_status(signal.SIGINT)
     error: str | None = None
+
+    def progress(frame: AttachFrame) -> None:
+        if tty:
+            sys.stderr.write(progress_line(frame))
+            sys.stderr.flush()
+
     try:  # SIGTERM raises Terminated here (see tui.cli): the watch ends as on Ctrl-C, with the JSON of what was seen
-        while True:
-            results, t = poller.poll()
-            frame = monitor.feed(results, t)
-            if recorder is not None:
-                recorder.tick(frame.tick, t, results)
-            if tty:
-                sys.stderr.write(progress_line(frame))
-                sys.stderr.flush()
-            if t >= opts.duration:
-                complete = True
-                break
-            next_tick = frame.tick * opts.interval
-            time.sleep(max(0.0, min(next_tick, opts.duration) - (poller.clock() - poller.t0)))
+        watch.run(progress)
     except KeyboardInterrupt as exc:
         exit_code = exit_status(signal.SIGTERM if isinstance(exc, Terminated) else signal.SIGINT)
     except Exception as exc:  # --record's disk filling up, or a bug: what was seen is written all the same
@@ -87,14 +76,11 @@ def run_headless(setup: AttachSetup) -> int:
         if not isinstance(exc, OSError):
             traceback.print_exc()
     finally:
-        poller.close()
         if tty:
             sys.stderr.write("\n")
-    if recorder is not None:
-        try:
-            recorder.close(frame.t, "finished" if complete else "interrupted" if error is None else "error")
-        except OSError as exc:
-            error = error or f"{type(exc).__name__}: {exc}"
+    if watch.close_error is not None:
+        error = error or f"{type(watch.close_error).__name__}: {watch.close_error}"
+    monitor, frame, complete = watch.monitor, watch.frame, watch.complete
     doc = attach_report(monitor, frame, interval_s=opts.interval, peaks=setup.peaks, peaks_note=setup.peaks_note,
                         complete=complete and error is None)
     if error is not None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 
 from batchtop.core_engine.attach.monitor import Monitor
-from batchtop.core_engine.attach.workload_export import ExportError, build_workload
+from batchtop.core_engine.attach.record.workload_export import ExportError, build_workload
 from batchtop.core_engine.output_files import STDOUT, OutputError, write_text
 from batchtop.tui.cli.headless import note
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import sys
 
 from batchtop.core_engine.attach.monitor import AttachFrame, Monitor
-from batchtop.core_engine.attach.record import monitor_for, recorded_ticks
+from batchtop.core_engine.attach.record.record import monitor_for, recorded_ticks
 from batchtop.core_engine.attach.report import attach_report
 from batchtop.core_engine.perf.device_peaks import peaks_from_dict
 from batchtop.core_engine.trace.trace import Trace

@@ -1,4 +1,5 @@
-"""`batchtop compare`: one workload under static then continuous batching, side by side."""
+"""`batchtop compare`: one workload under the registry's baseline policy (static batching) then the one measured
+against it (continuous batching), side by side; the JSON keys are the two mode names."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from rich.table import Table
 
 from batchtop.core_engine.engine.engine import Engine
 from batchtop.core_engine.perf.roofline import bound
+from batchtop.core_engine.sched.policies import COMPARE_BASELINE, COMPARE_CANDIDATE, policy_class
 from batchtop.tui.cli.headless import (build_engine, exit_code, load_peaks, metrics_document, note_written,
                                            run_and_report)
 from batchtop.tui.cli.defaults import COMPARE_REQUESTS
@@ -36,25 +38,27 @@ def _decode_point(m: dict) -> str:
     return f"{decode['intensity_mean']:.1f} {bound(decode['intensity_mean'], roof['ridge_flop_per_byte'])}"
 
 
-def speedup_of(static: dict, continuous: dict) -> tuple[float | None, str]:
-    """Continuous over static throughput, and the words for it; None when static generated nothing."""
-    if static["throughput_tok_s"] > 0:
-        speedup = continuous["throughput_tok_s"] / static["throughput_tok_s"]
-        return speedup, f"continuous is {speedup:.2f}x the throughput"
-    refused, submitted = static["requests"]["rejected"], static["requests"]["submitted"]
+def speedup_of(baseline: dict, candidate: dict) -> tuple[float | None, str]:
+    """The candidate's throughput over the baseline's, and the words for it; None when the baseline
+    generated nothing."""
+    if baseline["throughput_tok_s"] > 0:
+        speedup = candidate["throughput_tok_s"] / baseline["throughput_tok_s"]
+        return speedup, f"{COMPARE_CANDIDATE} is {speedup:.2f}x the throughput"
+    refused, submitted = baseline["requests"]["rejected"], baseline["requests"]["submitted"]
     why = f"all {submitted} requests were refused" if submitted and refused == submitted else "it generated no tokens"
-    return None, f"no speedup: static batching has no throughput to compare with ({why})"
+    label = policy_class(COMPARE_BASELINE).label
+    return None, f"no speedup: {label} has no throughput to compare with ({why})"
 
 
-def compare_table(static: dict, continuous: dict, verdict: str) -> Table:
-    simulated = static.get("simulated")
-    title = f"static vs continuous batching — {verdict}"
+def compare_table(baseline: dict, candidate: dict, verdict: str) -> Table:
+    simulated = baseline.get("simulated")
+    title = f"{COMPARE_BASELINE} vs {policy_class(COMPARE_CANDIDATE).label} — {verdict}"
     if simulated is not None:
         title = f"SIMULATED {simulated['device']}: {title} (modelled, not measured)"
     table = Table(title=title, title_justify="left")
     table.add_column("metric")
-    table.add_column("static", justify="right")
-    table.add_column("continuous", justify="right")
+    table.add_column(COMPARE_BASELINE, justify="right")
+    table.add_column(COMPARE_CANDIDATE, justify="right")
     rows = [
         ("generated tok/s", lambda m: f"{m['throughput_tok_s']:.1f}"),
         ("wall time", lambda m: f"{m['wall_time_s']:.1f} s"),
@@ -68,12 +72,12 @@ def compare_table(static: dict, continuous: dict, verdict: str) -> Table:
         ("prompt padding (share of tokens computed)", lambda m: _pct(m["prompt_padding_share"])),
         ("tokens computed / generated", lambda m: f"{m['tokens']['computed']} / {m['tokens']['generated']}"),
         ("mean batch size", lambda m: f"{m['batch_size']['mean']:.1f}"),
-        (f"decode FLOP/byte (ridge {static['roofline']['ridge_flop_per_byte']:.0f})", _decode_point),
+        (f"decode FLOP/byte (ridge {baseline['roofline']['ridge_flop_per_byte']:.0f})", _decode_point),
         ("preemptions", lambda m: str(m["preemptions"])),
         ("completed / rejected", lambda m: f"{m['requests']['completed']} / {m['requests']['rejected']}"),
     ]
     for label, fmt in rows:
-        table.add_row(label, fmt(static), fmt(continuous))
+        table.add_row(label, fmt(baseline), fmt(candidate))
     return table
 
 
@@ -86,7 +90,7 @@ def run_compare(opts: dict, output: str) -> None:
     first = build_engine(setup)  # one model, reused: both runs see the same weights (or the same simulation)
     peaks = load_peaks(setup)
     docs = {}
-    for mode in ("static", "continuous"):
+    for mode in (COMPARE_BASELINE, COMPARE_CANDIDATE):
         config = setup.config.with_(mode=mode)
         engine = Engine(config, runner=first.runner, clock=first.clock)
         result = run_and_report(engine, setup, label=f"{mode:>10} ")
@@ -96,9 +100,9 @@ def run_compare(opts: dict, output: str) -> None:
             if deliver_json({"schema": COMPARE_SCHEMA, **docs, "speedup": None}, output):
                 note_written(COMPARE_SCHEMA, output)
             sys.exit(code)
-    speedup, verdict = speedup_of(docs["static"], docs["continuous"])
+    speedup, verdict = speedup_of(docs[COMPARE_BASELINE], docs[COMPARE_CANDIDATE])
     if not deliver_json({"schema": COMPARE_SCHEMA, **docs, "speedup": speedup}, output):
         sys.exit(EXIT_ENGINE_FAILURE)
     note_written(COMPARE_SCHEMA, output)
     Console(file=sys.stderr if output in (None, "-") else sys.stdout).print(
-        compare_table(docs["static"], docs["continuous"], verdict))
+        compare_table(docs[COMPARE_BASELINE], docs[COMPARE_CANDIDATE], verdict))

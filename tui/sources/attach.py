@@ -1,6 +1,6 @@
-"""Attach's frame sources: live scrapes on a timer, or a recording of them played back at its own pace.
-Both run on the worker thread and publish each frame by swapping one reference; neither touches a
-widget or a server socket beyond the scrape itself."""
+"""Attach's frame sources: live scrapes on a timer (core's watch loop, as `--headless` runs it), or a
+recording of them played back at its own pace. Both run on the worker thread and publish each frame by
+swapping one reference; neither touches a widget or a server socket beyond the scrape itself."""
 
 from __future__ import annotations
 
@@ -10,9 +10,9 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable
 
 from batchtop.core_engine.attach.monitor import AttachFrame, Monitor
-from batchtop.core_engine.attach.poller import LivePoller
-from batchtop.core_engine.attach.record import monitor_for, recorded_ticks
+from batchtop.core_engine.attach.record.record import monitor_for, recorded_ticks
 from batchtop.core_engine.attach.setup import AttachSetup
+from batchtop.core_engine.attach.watch import AttachWatch, sleep_until
 from batchtop.core_engine.perf.device_peaks import DevicePeaks, peaks_from_dict
 from batchtop.core_engine.run.pace import SPEEDS
 from batchtop.core_engine.trace.trace import Trace
@@ -20,15 +20,6 @@ from batchtop.tui.sources.source import ATTACH_LAYOUT, Notify
 
 MAX_REPLAY_SPEED = 64.0
 REPLAY_SPEEDS = tuple(s for s in SPEEDS if s <= MAX_REPLAY_SPEED)
-
-
-def _sleep_until(deadline: float, cancelled: Callable[[], bool], wake: threading.Event) -> None:
-    while not cancelled():
-        left = deadline - time.monotonic()
-        if not left > 0:  # NaN too: a wait that never ends would spin, not sleep
-            return
-        wake.wait(min(left, 0.05))
-        wake.clear()
 
 
 class _AttachSource(ABC):
@@ -70,22 +61,10 @@ class AttachSource(_AttachSource):
         self.setup = setup
 
     def _run(self, cancelled: Callable[[], bool]) -> None:
-        opts = self.setup.opts
-        poller = LivePoller(self.setup.urls, opts.interval, opts.timeout_s)
-        recorder = self.setup.recorder()
-        frame = self.monitor.frame()
-        start = time.monotonic()
-        try:
-            while not cancelled():
-                results, t = poller.poll()
-                frame = self.frame = self.monitor.feed(results, t)
-                if recorder is not None:
-                    recorder.tick(frame.tick, t, results)
-                _sleep_until(start + frame.tick * opts.interval, cancelled, self._wake)
-        finally:
-            poller.close()
-            if recorder is not None:
-                recorder.close(frame.t, "finished")
+        AttachWatch(self.setup, self.monitor).run(self._show, cancelled=cancelled, wake=self._wake)
+
+    def _show(self, frame: AttachFrame) -> None:
+        self.frame = frame
 
     def status(self, frame: AttachFrame | None) -> str:
         rec = f" · recording {self.setup.opts.record}" if self.setup.opts.record else ""
@@ -117,7 +96,7 @@ class AttachReplaySource(_AttachSource):
                 continue
             t, results = self.ticks[self.position]
             if last_t is not None and not self._step:
-                _sleep_until(last_wall + (t - last_t) / self.speed, cancelled, self._wake)
+                sleep_until(last_wall + (t - last_t) / self.speed, cancelled, self._wake)
                 if self.paused and not self._step:
                     continue
             self._step = False

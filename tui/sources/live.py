@@ -26,7 +26,7 @@ from batchtop.core_engine.run.session import Session
 from batchtop.core_engine.sched.request import Request
 from batchtop.core_engine.simulate.simulation import Simulation
 from batchtop.tui.sources import wall
-from batchtop.tui.sources.frame import DashboardFrame, FrameBuilder, restarted
+from batchtop.core_engine.run.frame import DashboardFrame, FrameBuilder, restarted
 from batchtop.tui.sources.in_flight import WatchedSession
 from batchtop.tui.sources.pending import Pending, SentControls, pending_over
 from batchtop.tui.sources.source import ENGINE_LAYOUT, EngineInfo, Notify

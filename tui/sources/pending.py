@@ -10,33 +10,18 @@ from __future__ import annotations
 
 import threading
 from collections import deque
-from dataclasses import dataclass
 
 from batchtop.core_engine.engine import control
 from batchtop.core_engine.engine.snapshot import StepSnapshot
-
-
-@dataclass(frozen=True, slots=True)
-class Pending:
-    """What the keys asked for, where it differs from what the frame shows."""
-
-    mode: str | None = None  # the mode from the next admission on
-    max_num_seqs: int | None = None  # the value from the next step on
-    paused: bool | None = None  # True: pausing after the step in flight; False: resuming
-    in_flight: bool = False  # the step in flight has taken them (it applied them as it began)
-
-    def __bool__(self) -> bool:
-        return self.mode is not None or self.max_num_seqs is not None or self.paused is not None
-
-
-NOTHING = Pending()
+from batchtop.core_engine.run.frame import NOTHING, Pending  # what a frame carries; folded here
+from batchtop.core_engine.sched.policies import next_mode
 
 
 def fold(mode: str, max_num_seqs: int, cap: int, commands: tuple[control.Command, ...]) -> tuple[str, int]:
     """The mode and max_num_seqs once the engine has applied `commands` in order (Engine.apply's rules)."""
     for cmd in commands:
         if isinstance(cmd, control.ToggleMode):
-            mode = "static" if mode == "continuous" else "continuous"
+            mode = next_mode(mode)
         elif isinstance(cmd, control.ChangeMaxNumSeqs):
             max_num_seqs = max(1, min(cap, int(max_num_seqs * cmd.multiply) + cmd.add))
     return mode, max_num_seqs

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from batchtop.gpu_kernels import cpu_kernels
 from batchtop.gpu_kernels.cpu_kernel_build import SOURCES
 from batchtop.tui.sources import wall
-from batchtop.tui.sources.frame import DashboardFrame, LiveMetrics
+from batchtop.core_engine.run.frame import DashboardFrame, LiveMetrics
 from batchtop.tui.sources.live import LIVE_CONTROLS, EngineSource
 from batchtop.tui.sources.source import ENGINE_LAYOUT, EngineInfo, Notify
 

@@ -11,7 +11,7 @@ from batchtop.core_engine.run.pace import WallPace
 from batchtop.core_engine.run.replay import TracePlayer
 from batchtop.core_engine.trace.schema import engine_header
 from batchtop.core_engine.trace.trace import Trace
-from batchtop.tui.sources.frame import DashboardFrame, FrameBuilder, restarted
+from batchtop.core_engine.run.frame import DashboardFrame, FrameBuilder, restarted
 from batchtop.tui.sources.source import ENGINE_LAYOUT, EngineInfo, Notify
 
 MAX_REPLAY_SPEED = 64.0

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from rich.text import Text
 
-from batchtop.core_engine.attach.coverage import gap
 from batchtop.core_engine.attach.monitor import AttachFrame
 from batchtop.tui.widgets.engine.kv_blocks import blocks_per_cell
 from batchtop.tui.widgets.common.panel import Panel, Runs
@@ -35,8 +34,8 @@ class AttachKVPanel(Panel):
     def render(self) -> Text:
         frame: AttachFrame | None = self.frame
         if frame is None or frame.main.kv_usage is None:
-            flavour = frame.main.flavour if frame is not None else None
-            return self.placeholder(gap(flavour, "kv", "KV usage not exposed yet"))
+            gaps = frame.main.cannot_fill if frame is not None else {}
+            return self.placeholder(gaps.get("kv", "KV usage not exposed yet"))
         m = frame.main
         total = m.num_gpu_blocks or UNKNOWN_POOL
         width, height = max(1, self.content_size.width), max(1, self.content_size.height)

@@ -1,16 +1,17 @@
 """The attach metrics strip: token rates and batch tokens per step over the newest interval, latency
-percentiles from the histogram buckets of the window, and the finished requests by reason."""
+percentiles from the histogram buckets of the window, the finished requests by reason, and what the
+server leaves empty: the monitor's numbers and readings, laid out."""
 
 from __future__ import annotations
 
 from rich.text import Text
 from textual.widgets import Static
 
-from batchtop.core_engine.attach.coverage import GAPS
 from batchtop.core_engine.attach.monitor import AttachFrame
 from batchtop.core_engine.attach.stats import ReplicaStats
 from batchtop.tui.widgets.attach.format import MEASURED_NOTE, latency, num, secs
 
+GAPS_SHOWN = ("tokens", "ttft", "steps", "finished")  # the strip's; the panels say the rest
 LATENCY_LABELS = (("ttft", "TTFT"), ("itl", "ITL"), ("e2e", "e2e"), ("queue_time", "queue"))
 
 
@@ -29,22 +30,11 @@ def metrics_text(s: ReplicaStats) -> Text:
     text.append("  ".join(f"{label} {secs(latency(s, key, 'p50'))}/{secs(latency(s, key, 'p99'))}"
                           for key, label in LATENCY_LABELS))
     text.append(f"   ({MEASURED_NOTE})", "dim")
-    text.append(f"\n prefix cache: {prefix_hit_rate(s)}")
-    notes = [GAPS[what][s.flavour] for what in ("tokens", "ttft", "steps", "finished")
-             if s.flavour in GAPS[what] and (what != "ttft" or "ttft" not in s.latency)]
+    text.append(f"\n prefix cache: {s.prefix_cache}")
+    notes = [s.cannot_fill[what] for what in GAPS_SHOWN if what in s.cannot_fill]
     if notes:
         text.append(" · " + "; ".join(notes), "dim")
     return text
-
-
-def prefix_hit_rate(s: ReplicaStats) -> str:
-    """Tokens found cached / tokens looked up, over the window (vLLM's own counters)."""
-    queries, hits = s.window_rates.get("prefix_queries"), s.window_rates.get("prefix_hits")
-    if queries is None or hits is None:
-        return "not exposed"
-    if queries <= 0:
-        return f"no lookups over {s.window_s:.0f}s" if s.window_s else "no lookups yet"
-    return f"hit {100 * hits / queries:.0f}% of {queries * (s.window_s or 0):,.0f} prompt tokens over {s.window_s:.0f}s"
 
 
 class AttachMetricsStrip(Static):

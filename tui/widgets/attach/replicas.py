@@ -5,9 +5,8 @@ from __future__ import annotations
 
 from rich.text import Text
 
-from batchtop.core_engine.attach.aggregate import worst
 from batchtop.core_engine.attach.monitor import AttachFrame
-from batchtop.core_engine.attach.scrape import LIVE
+from batchtop.core_engine.attach.scrape.scrape import LIVE
 from batchtop.core_engine.attach.stats import ReplicaStats
 from batchtop.tui.widgets.attach.format import latency, num, pct, secs, short_url
 from batchtop.tui.widgets.common.panel import Panel, Runs
@@ -56,7 +55,7 @@ class AttachReplicasPanel(Panel):
             self._row(out, str(i), s)
         if len(frame.replicas) > 1:
             self._row(out, "Σ", frame.aggregate)
-            line = worst(list(frame.imbalances))
+            line = frame.readings.imbalance
             if line is None:
                 out.add("balanced: no replica 50% off the mean in running, waiting, KV or TTFT p95",
                         self.style("muted"))

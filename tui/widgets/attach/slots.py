@@ -1,40 +1,17 @@
 """Slots in attach mode: the running requests against the slot ceiling (max_num_seqs, when the server
 or the user says it, or the plateau the verdict inferred), llama.cpp's own slots one by one when its
-/slots answers, and a strip chart of running and waiting over the recent intervals."""
+/slots answers, and a strip chart of running and waiting over the recent intervals. The ceiling and
+the slots' states are the monitor's readings; this panel lays them out."""
 
 from __future__ import annotations
 
 from rich.text import Text
 
-from batchtop.core_engine.attach.coverage import gap
 from batchtop.core_engine.attach.monitor import AttachFrame
-from batchtop.core_engine.attach.stats import ReplicaStats
 from batchtop.tui.widgets.attach.format import num
 from batchtop.tui.widgets.common.panel import Panel, Runs
 
 BARS = " ▁▂▃▄▅▆▇█"
-
-
-def ceiling(frame: AttachFrame) -> tuple[int | None, str]:
-    """The slot ceiling and where it comes from: the server's metric, --max-num-seqs, or the plateau."""
-    m = frame.main
-    if m.max_num_seqs:
-        if m.max_num_seqs_source == "server":
-            return m.max_num_seqs, f"from {m.ceiling_from or 'the server'}"
-        return m.max_num_seqs, f"from {m.max_num_seqs_source}"
-    ev = frame.verdict.evidence if frame.verdict is not None else {}
-    if ev.get("ceiling_source") == "inferred" and isinstance(ev.get("ceiling"), int):
-        return ev["ceiling"], "inferred from the plateau"
-    return None, "unknown"
-
-
-def slot_cells(m: ReplicaStats) -> tuple[list[bool], str]:
-    """llama.cpp's slots: busy or idle, one cell each, and the busiest one's tokens."""
-    slots = m.slots or ()
-    busy = [s for s in slots if s.processing]
-    longest = max(busy, key=lambda s: s.n_decoded or 0, default=None)
-    tail = f"; slot {longest.id} has decoded {longest.n_decoded}" if longest and longest.n_decoded else ""
-    return [s.processing for s in slots], f"{len(busy)}/{len(slots)} slots busy (from /slots){tail}"
 
 
 def column_glyphs(running: float, waiting: float, top: float, height: int) -> list[tuple[str, str]]:
@@ -66,7 +43,7 @@ class AttachSlotsPanel(Panel):
 
     def update_titles(self, frame: AttachFrame) -> None:
         m = frame.main
-        top, source = ceiling(frame)
+        top, source = frame.readings.ceiling, frame.readings.ceiling_source
         self.border_title = f"Slots: {num(m.running)} running / {num(top) if top else '?'} (measured)"
         self.border_subtitle = f"max_num_seqs {source}"
 
@@ -78,10 +55,10 @@ class AttachSlotsPanel(Panel):
         width, height = max(10, self.content_size.width), max(4, self.content_size.height)
         out = Runs()
         running = int(m.running or 0)
-        top, source = ceiling(frame)
+        top, source = frame.readings.ceiling, frame.readings.ceiling_source
         if m.slots:
-            cells, label = slot_cells(m)
-            for busy in cells[:width * 2]:
+            label = frame.readings.slots_line
+            for busy in frame.readings.busy_slots[:width * 2]:
                 out.add("●" if busy else "·", self.style("phase-decode", bold=True) if busy else self.style("slot-empty"))
             out.newline()
         elif top:
@@ -96,7 +73,7 @@ class AttachSlotsPanel(Panel):
         else:
             out.add("●" * min(running, width), self.style("phase-decode", bold=True))
             out.newline()
-            label = f"{running} running; give --max-num-seqs ({gap(m.flavour, 'ceiling', 'the ceiling is unknown')})"
+            label = f"{running} running; give --max-num-seqs ({m.cannot_fill.get('ceiling', 'the ceiling is unknown')})"
         out.add(label[:width], self.style("muted"))
         out.newline()
         chart_h = max(1, height - 4)

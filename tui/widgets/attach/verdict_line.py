@@ -7,7 +7,7 @@ from rich.text import Text
 from textual.widgets import Static
 
 from batchtop.core_engine.attach.monitor import AttachFrame
-from batchtop.core_engine.attach.verdict import Verdict
+from batchtop.core_engine.attach.verdict.verdict import Verdict
 
 HELD = 5.0  # seconds a verdict must hold before its age is worth showing
 

@@ -10,7 +10,6 @@ from textual.containers import Horizontal, Vertical
 
 from batchtop.core_engine.attach.monitor import AttachFrame
 from batchtop.core_engine.perf.device_peaks import DevicePeaks
-from batchtop.core_engine.attach.coverage import label
 from batchtop.tui.widgets.attach.format import short_url
 from batchtop.tui.widgets.attach.kv import AttachKVPanel
 from batchtop.tui.widgets.attach.metrics_strip import AttachMetricsStrip
@@ -67,7 +66,7 @@ class AttachView(Vertical):
         text.append(" batchtop attach ", "bold reverse")
         if frame is not None:
             m = frame.main
-            what = label(m.flavour)
+            what = frame.readings.server
             where = short_url(frame.replicas[0].name) if len(frame.replicas) == 1 else f"{len(frame.replicas)} replicas"
             text.append(f" {what} · {where} · {m.model_name or '?'} ", "bold")
             text.append(f"│ {m.status} ")

@@ -1,5 +1,5 @@
 """Waiting in attach mode: the queue length, the server's waiting reasons, the preemption rate, the
-queue time, and (from the verdict) what the queue waits for."""
+queue time, and (from the verdict) what the queue waits for: the monitor's readings, laid out."""
 
 from __future__ import annotations
 
@@ -7,9 +7,7 @@ import textwrap
 
 from rich.text import Text
 
-from batchtop.core_engine.attach.coverage import gap
 from batchtop.core_engine.attach.monitor import AttachFrame
-from batchtop.core_engine.attach.why import queue_trend, why_waiting
 from batchtop.tui.widgets.attach.format import num
 from batchtop.tui.widgets.common.panel import Panel, Runs
 
@@ -32,20 +30,20 @@ class AttachWaitingPanel(Panel):
         m = frame.main
         width = max(10, self.content_size.width)
         out = Runs()
-        for line in textwrap.wrap(why_waiting(m, frame.verdict, frame.history), width)[:3]:
+        for line in textwrap.wrap(frame.readings.why_waiting, width)[:3]:
             out.add(line, self.style("warning", bold=True))
             out.newline()
         if m.waiting_by_reason:
             reasons = ", ".join(f"{k} {v:.0f}" for k, v in sorted(m.waiting_by_reason.items()))
             out.add(f"by reason: {reasons}", self.style("foreground"))
         else:
-            out.add(f"by reason: {gap(m.flavour, 'waiting_reasons')}"[:width], self.style("muted"))
+            out.add(f"by reason: {m.cannot_fill.get('waiting_reasons', 'not exposed')}"[:width], self.style("muted"))
         out.newline()
-        trend = queue_trend(frame.history)
+        trend = frame.readings.queue_trend
         out.add(f"queue trend: {'–' if trend is None else f'{trend:+.1f}/s'}", self.style("foreground"))
         out.newline()
         preempt = m.rates.get("preemptions")
-        out.add(f"preemptions: {gap(m.flavour, 'preemptions') if preempt is None else f'{preempt:.2f}/s'}"[:width],
+        out.add(f"preemptions: {m.cannot_fill.get('preemptions', 'not exposed') if preempt is None else f'{preempt:.2f}/s'}"[:width],
                 self.style("foreground"))
         out.newline()
         q = m.latency.get("queue_time", {})

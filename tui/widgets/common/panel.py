@@ -12,7 +12,7 @@ from rich.text import Text
 from textual.widget import Widget
 
 from batchtop.themes import NUM_REQUEST_COLOURS
-from batchtop.tui.sources.frame import DashboardFrame
+from batchtop.core_engine.run.frame import DashboardFrame
 
 
 class Runs:

@@ -12,7 +12,7 @@ from textual.widgets import Static
 
 from batchtop.core_engine.config import EngineConfig
 from batchtop.tui.sources import wall
-from batchtop.tui.sources.frame import DashboardFrame
+from batchtop.core_engine.run.frame import DashboardFrame
 from batchtop.tui.sources.pending import Pending
 
 STATE_LABEL = {"running": "● running", "paused": "‖ paused", "finished": "■ finished", "error": "✖ engine stopped",

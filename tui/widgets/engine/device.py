@@ -11,7 +11,7 @@ from batchtop.core_engine.config import EngineConfig
 from batchtop.core_engine.perf.device_peaks import DevicePeaks, format_rate
 from batchtop.core_engine.perf.telemetry import TelemetrySample
 from batchtop.core_engine.simulate.simulation import Simulation
-from batchtop.tui.sources.frame import DashboardFrame
+from batchtop.core_engine.run.frame import DashboardFrame
 from batchtop.tui.widgets.common.panel import Panel
 
 GIB = 1 << 30

@@ -15,7 +15,7 @@ from rich.text import Text
 
 from batchtop.core_engine.sched.kv_cache import CACHED, FREE
 from batchtop.core_engine.engine.snapshot import StepSnapshot
-from batchtop.tui.sources.frame import DashboardFrame
+from batchtop.core_engine.run.frame import DashboardFrame
 from batchtop.tui.widgets.common.fit import first_fit
 from batchtop.tui.widgets.common.panel import Panel, Runs
 

@@ -8,7 +8,7 @@ from textual.app import ComposeResult
 from textual.containers import Horizontal
 from textual.widgets import Label, Sparkline
 
-from batchtop.tui.sources.frame import DashboardFrame, LiveMetrics
+from batchtop.core_engine.run.frame import DashboardFrame, LiveMetrics
 
 
 def ms(value: float | None) -> str:

@@ -16,7 +16,7 @@ from rich.text import Text
 
 from batchtop.core_engine.sched.request import Phase
 from batchtop.core_engine.engine.snapshot import SlotState
-from batchtop.tui.sources.frame import SlotCell, SlotColumn
+from batchtop.core_engine.run.frame import SlotCell, SlotColumn
 from batchtop.tui.widgets.common.fit import first_fit
 from batchtop.tui.widgets.common.panel import Panel, Runs
 from batchtop.tui.widgets.engine.slot_count import SlotCount, SlotRole

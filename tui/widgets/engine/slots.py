@@ -20,7 +20,7 @@ from textual.message import Message
 
 from batchtop.core_engine.sched.request import Phase
 from batchtop.core_engine.engine.snapshot import SlotState, SlotView
-from batchtop.tui.sources.frame import DashboardFrame
+from batchtop.core_engine.run.frame import DashboardFrame
 from batchtop.tui.widgets.common.fit import first_fit, pad
 from batchtop.tui.widgets.common.panel import Panel, Runs
 from batchtop.tui.widgets.engine.slot_count import SlotCount, SlotRole, count_slots

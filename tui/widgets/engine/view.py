@@ -7,7 +7,7 @@ from rich.text import Text
 from textual.app import ComposeResult
 from textual.containers import Horizontal, Vertical
 
-from batchtop.tui.sources.frame import DashboardFrame
+from batchtop.core_engine.run.frame import DashboardFrame
 from batchtop.tui.sources.source import EngineInfo
 from batchtop.tui.widgets.common.status_line import status_text
 from batchtop.tui.widgets.engine.device import DevicePanel
@@ -70,6 +70,3 @@ class EngineView(Vertical):
     def repaint_after_theme_change(self) -> None:
         for panel in self._panels:
             panel.refresh()
-
-    def slots(self) -> SlotsPanel:
-        return self.query_one(SlotsPanel)

@@ -7,7 +7,8 @@ from rich.text import Text
 
 from batchtop.core_engine.engine.snapshot import StepSnapshot
 from batchtop.core_engine.run.pacing import TARGET_SLOT_UTILIZATION
-from batchtop.tui.sources.frame import DashboardFrame
+from batchtop.core_engine.sched.policies import policy_class
+from batchtop.core_engine.run.frame import DashboardFrame
 from batchtop.tui.widgets.common.fit import first_fit, pad
 from batchtop.tui.widgets.common.panel import Panel, Runs
 from batchtop.tui.widgets.common.units import short_seconds
@@ -22,7 +23,7 @@ def pace_labels(snap: StepSnapshot) -> tuple[str, ...]:
     if speed <= 0:
         return "first wave; paced from the first completions", "first wave, then paced", "first wave", "1st wave"
     target = f"~{100 * TARGET_SLOT_UTILIZATION:.0f}% busy"
-    if snap.mode != "continuous":
+    if not policy_class(snap.mode).admits_mid_batch:  # the pacer holds its pace (run.pacing)
         return f"pace held at {speed:.2g}x", f"pace {speed:.2g}x", f"{speed:.2g}x"
     return f"paced {speed:.2g}x for {target}", f"paced {speed:.2g}x", f"{speed:.2g}x"
 
@@ -103,7 +104,7 @@ class WaitingPanel(Panel):
                        else f"{w.prompt_len:>6}{short_seconds(waited, 5):>5}")
             out.add(numbers, self.style("foreground"))
         shown = min(room, len(snap.waiting))
-        if snap.num_waiting > shown:  # no key lists the rest: the title counts them, the order is FCFS
+        if snap.num_waiting > shown:  # no key lists the rest: the title counts them, the order is the policy's
             out.newline()
             hidden = snap.num_waiting - shown
             note = first_fit([f"… {hidden} more behind ({shown} of {snap.num_waiting} listed)", f"… +{hidden} more",
