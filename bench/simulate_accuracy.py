@@ -52,7 +52,7 @@ from batchtop.core_engine.run.resolve import resolve_config
 from batchtop.core_engine.run.headless import run_workload
 from batchtop.core_engine.workload.spec import WorkloadSpec, load_workload
 from batchtop.core_engine.simulate.device import simulated_device
-from batchtop.core_engine.simulate.fit import fit_calibration, predict
+from batchtop.core_engine.simulate.calibration_fit import fit_calibration, predict
 from batchtop.core_engine.simulate.simulation import Simulation
 
 CALIBRATION_BATCHES = [1, 8, 32]

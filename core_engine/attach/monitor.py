@@ -13,7 +13,7 @@ from batchtop.core_engine.attach.aggregate import Imbalance, aggregate, imbalanc
 from batchtop.core_engine.attach.history import HistoryPoint, history_point
 from batchtop.core_engine.attach.readings import MainReadings, main_readings, with_readings
 from batchtop.core_engine.attach.verdict.left_out import LeftOut
-from batchtop.core_engine.attach.roofline_point import ModelEstimate
+from batchtop.core_engine.attach.server_point import ModelEstimate
 from batchtop.core_engine.attach.scrape.scrape import ScrapeResult
 from batchtop.core_engine.attach.stats import ReplicaStats, build_stats
 from batchtop.core_engine.attach.window import ReplicaWindow

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 from batchtop.core_engine.attach.monitor import Monitor
 from batchtop.core_engine.attach.record.record import AttachRecorder, attach_header
-from batchtop.core_engine.attach.roofline_point import ModelEstimate
+from batchtop.core_engine.attach.server_point import ModelEstimate
 from batchtop.core_engine.perf.device_peaks import DevicePeaks
 
 

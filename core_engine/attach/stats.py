@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from batchtop.core_engine.attach.scrape.histogram import Histogram
-from batchtop.core_engine.attach.roofline_point import ModelEstimate, estimated_point, measured_point
+from batchtop.core_engine.attach.server_point import ModelEstimate, estimated_point, measured_point
 from batchtop.core_engine.perf.roofline_point import RooflinePoint
 from batchtop.core_engine.attach.scrape.sample import ReplicaSample, Slot
 from batchtop.core_engine.attach.scrape.delta import Delta

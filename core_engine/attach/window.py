@@ -15,7 +15,7 @@ from batchtop.core_engine.attach.scrape.delta import Delta, delta
 from batchtop.core_engine.attach.scrape.plausible import first_backwards, restarted, sample_problem, same_process
 from batchtop.core_engine.attach.scrape.sample import ReplicaSample
 from batchtop.core_engine.attach.scrape.scrape import BAD, DOWN, LIVE, ScrapeResult
-from batchtop.core_engine.attach.session import SessionTotals
+from batchtop.core_engine.attach.watch_totals import SessionTotals
 
 FLAP_RESETS, FLAP_SCRAPES = 3, 10  # this many restarts within this many scrapes: not one server
 

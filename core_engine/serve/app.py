@@ -20,7 +20,7 @@ from prometheus_client import CONTENT_TYPE_LATEST
 from starlette.exceptions import HTTPException
 
 from batchtop.core_engine.serve.bodies import Body, parse_body
-from batchtop.core_engine.serve.errors import error_response, http_error, internal_error
+from batchtop.core_engine.serve.error_responses import error_response, http_error, internal_error
 from batchtop.core_engine.serve.exporter import VllmMetrics
 from batchtop.core_engine.serve.hub import RequestHub
 from batchtop.core_engine.serve.limits import BODY_TIMEOUT_S, MAX_BODY_BYTES, RequestGuards

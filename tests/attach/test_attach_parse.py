@@ -12,7 +12,7 @@ from batchtop.core_engine.attach.servers.sglang import SGLANG
 from batchtop.core_engine.attach.servers.vllm import VLLM
 from batchtop.core_engine.attach.scrape.histogram import Histogram, merge_all
 from batchtop.core_engine.attach.monitor import Monitor
-from batchtop.core_engine.attach.roofline_point import ModelEstimate
+from batchtop.core_engine.attach.server_point import ModelEstimate
 from batchtop.core_engine.attach.scrape.sample import BadExposition, parse_exposition
 from batchtop.core_engine.config import preset
 from batchtop.core_engine.perf.device_peaks import datasheet_peaks

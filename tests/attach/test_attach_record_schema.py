@@ -11,7 +11,7 @@ import pytest
 from click.testing import CliRunner
 
 from batchtop.core_engine.attach.record.record import AttachRecorder, attach_header
-from batchtop.core_engine.attach.roofline_point import ModelEstimate
+from batchtop.core_engine.attach.server_point import ModelEstimate
 from batchtop.core_engine.attach.scrape.scrape import DOWN, ScrapeResult
 from batchtop.core_engine.config import preset
 from batchtop.core_engine.perf.device_peaks import datasheet_peaks

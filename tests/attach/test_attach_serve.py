@@ -14,7 +14,7 @@ from click.testing import CliRunner
 from batchtop.core_engine.attach.monitor import Monitor
 from batchtop.core_engine.attach.scrape.poller import LivePoller
 from batchtop.core_engine.attach.record.record import AttachRecorder, attach_header
-from batchtop.core_engine.attach.roofline_point import ModelEstimate, estimated_point, measured_point
+from batchtop.core_engine.attach.server_point import ModelEstimate, estimated_point, measured_point
 from batchtop.core_engine.attach.scrape.scrape import LIVE
 from batchtop.core_engine.perf.metrics import MetricsCollector, percentiles
 from batchtop.tui.cli import main

@@ -13,7 +13,7 @@ from batchtop.core_engine.errors import ConfigError
 from batchtop.core_engine.perf.device_peaks import DevicePeaks
 from batchtop.core_engine.model.cost import Chunk, step_cost
 from batchtop.core_engine.simulate.calibration import DEFAULT, Calibration, load_calibration
-from batchtop.core_engine.simulate.fit import fit_calibration, predict
+from batchtop.core_engine.simulate.calibration_fit import fit_calibration, predict
 from batchtop.core_engine.perf.decode_sweep import StepSample, sweep_means
 from batchtop.core_engine.run.headless import run_workload
 from batchtop.core_engine.sched.request import Request

@@ -13,7 +13,7 @@ from batchtop.core_engine.attach.monitor import AttachFrame, Monitor
 from batchtop.core_engine.attach.peaks import attach_peaks
 from batchtop.core_engine.attach.report import attach_report
 from batchtop.core_engine.attach.setup import AttachOptions, AttachSetup
-from batchtop.core_engine.attach.roofline_point import ModelEstimate
+from batchtop.core_engine.attach.server_point import ModelEstimate
 from batchtop.core_engine.attach.scrape.scrape import metrics_url
 from batchtop.core_engine.attach.watch import AttachWatch
 from batchtop.core_engine.errors import ConfigError

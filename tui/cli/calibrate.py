@@ -19,7 +19,7 @@ from batchtop.core_engine.run.resolve import resolve_config
 from batchtop.core_engine.trace.trace import read_trace
 from batchtop.core_engine.trace.schema import HeaderError, engine_header
 from batchtop.core_engine.simulate.calibration import CALIBRATION_SCHEMA
-from batchtop.core_engine.simulate.fit import Fit, fit_calibration, predict
+from batchtop.core_engine.simulate.calibration_fit import Fit, fit_calibration, predict
 from batchtop.core_engine.perf.decode_sweep import (StepSample, decode_sweep, sweep_means, sweep_points,
                                                         typical_seconds)
 from batchtop.tui.cli.defaults import CALIBRATE_BATCHES

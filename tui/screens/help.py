@@ -8,6 +8,8 @@ from textual.containers import VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Markdown
 
+from batchtop.core_engine.sched.policies import mode_names
+
 HELP = """\
 # batchtop
 
@@ -38,7 +40,7 @@ slot and KV utilisation, preemptions, completed/total.
 
 | key | action |
 | --- | --- |
-| `s` | toggle static / continuous batching (next admission; no request lost) |
+| `s` | next batching policy: {modes} (from the next admission; no request lost) |
 | `+` `=` / `-` | raise / lower max_num_seqs by one |
 | `]` / `[` | double / halve max_num_seqs |
 | `space` | pause / resume the engine; `n` runs one step while paused |
@@ -58,4 +60,4 @@ class HelpScreen(ModalScreen[None]):
 
     def compose(self) -> ComposeResult:
         with VerticalScroll(id="help"):
-            yield Markdown(HELP)
+            yield Markdown(HELP.replace("{modes}", " / ".join(mode_names())))

@@ -12,7 +12,7 @@ from collections.abc import Iterator
 
 from batchtop.core_engine.attach.monitor import Monitor
 from batchtop.core_engine.attach.record.record_schema import check_attach_header, check_scrape
-from batchtop.core_engine.attach.roofline_point import ModelEstimate
+from batchtop.core_engine.attach.server_point import ModelEstimate
 from batchtop.core_engine.attach.scrape.sample import ReplicaSample
 from batchtop.core_engine.attach.scrape.scrape import ScrapeResult
 from batchtop.core_engine.config import ModelConfig

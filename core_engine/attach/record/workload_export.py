@@ -23,7 +23,7 @@ from batchtop.core_engine.attach.coverage import gap
 from batchtop.core_engine.attach.scrape.delta import Delta
 from batchtop.core_engine.attach.scrape.histogram import Histogram
 from batchtop.core_engine.attach.servers import label
-from batchtop.core_engine.attach.session import SessionTotals, plus
+from batchtop.core_engine.attach.watch_totals import SessionTotals, plus
 from batchtop.core_engine.attach.verdict.verdict_span import step_buckets
 
 

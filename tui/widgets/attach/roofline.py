@@ -10,7 +10,7 @@ from rich.text import Text
 from batchtop.core_engine.attach.monitor import AttachFrame
 from batchtop.core_engine.perf.device_peaks import DevicePeaks, format_rate
 from batchtop.core_engine.perf.roofline import device_regime
-from batchtop.tui.widgets.common.fit import clip
+from batchtop.tui.widgets.common.text_fit import clip
 from batchtop.tui.widgets.common.panel import Panel, Runs
 from batchtop.tui.widgets.common.roofline_plot import PlotPoint, roofline_plot
 from batchtop.tui.widgets.common.wrap import wrap_lines

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import textwrap
 
-from batchtop.tui.widgets.common.fit import ELLIPSIS, clip
+from batchtop.tui.widgets.common.text_fit import ELLIPSIS, clip
 
 
 def wrap_lines(text: str, width: int, max_lines: int) -> list[str]:

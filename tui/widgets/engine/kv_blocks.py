@@ -16,7 +16,7 @@ from rich.text import Text
 from batchtop.core_engine.sched.kv_cache import CACHED, FREE
 from batchtop.core_engine.engine.snapshot import StepSnapshot
 from batchtop.core_engine.run.frame import DashboardFrame
-from batchtop.tui.widgets.common.fit import first_fit
+from batchtop.tui.widgets.common.text_fit import first_fit
 from batchtop.tui.widgets.common.panel import Panel, Runs
 
 SHADES = "░▒▓█"  # 1-25%, 26-50%, 51-75%, 76-100% of a cell's blocks in use

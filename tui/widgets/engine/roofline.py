@@ -16,7 +16,7 @@ from batchtop.core_engine.perf.live_roofs import ABOVE_ROOF
 from batchtop.core_engine.perf.roofline import bound, device_regime, kernel_bounds, marginal_sequence_cost
 from batchtop.core_engine.simulate.calibration import Calibration
 from batchtop.core_engine.run.frame import DashboardFrame
-from batchtop.tui.widgets.common.fit import first_fit
+from batchtop.tui.widgets.common.text_fit import first_fit
 from batchtop.tui.widgets.common.panel import Panel, Runs
 from batchtop.tui.widgets.common.roofline_plot import ABOVE, Plot, PlotPoint, roofline_plot
 from batchtop.tui.widgets.common.wrap import wrap_lines

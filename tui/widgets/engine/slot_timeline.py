@@ -17,7 +17,7 @@ from rich.text import Text
 from batchtop.core_engine.sched.request import Phase
 from batchtop.core_engine.engine.snapshot import SlotState
 from batchtop.core_engine.run.frame import SlotCell, SlotColumn
-from batchtop.tui.widgets.common.fit import first_fit
+from batchtop.tui.widgets.common.text_fit import first_fit
 from batchtop.tui.widgets.common.panel import Panel, Runs
 from batchtop.tui.widgets.engine.slot_count import SlotCount, SlotRole
 from batchtop.tui.widgets.engine.slot_look import (DRAINING_GLYPH, LegendEntry, add_legend, colour_var, legend_entries,

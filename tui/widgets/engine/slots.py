@@ -21,7 +21,7 @@ from textual.message import Message
 from batchtop.core_engine.sched.request import Phase
 from batchtop.core_engine.engine.snapshot import SlotState, SlotView
 from batchtop.core_engine.run.frame import DashboardFrame
-from batchtop.tui.widgets.common.fit import first_fit, pad
+from batchtop.tui.widgets.common.text_fit import first_fit, pad
 from batchtop.tui.widgets.common.panel import Panel, Runs
 from batchtop.tui.widgets.engine.slot_count import SlotCount, SlotRole, count_slots
 from batchtop.tui.widgets.engine.slot_look import DRAINING_GLYPH, GRID_GLYPH, add_legend, text_tail

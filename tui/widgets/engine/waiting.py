@@ -9,7 +9,7 @@ from batchtop.core_engine.engine.snapshot import StepSnapshot
 from batchtop.core_engine.run.pacing import TARGET_SLOT_UTILIZATION
 from batchtop.core_engine.sched.policies import policy_class
 from batchtop.core_engine.run.frame import DashboardFrame
-from batchtop.tui.widgets.common.fit import first_fit, pad
+from batchtop.tui.widgets.common.text_fit import first_fit, pad
 from batchtop.tui.widgets.common.panel import Panel, Runs
 from batchtop.tui.widgets.common.units import short_seconds
 
