@@ -46,6 +46,7 @@ from batchtop.core_engine.perf.device_peaks import device_peaks
 from batchtop.core_engine.workload.spec import WorkloadSpec, load_workload
 from peer_hf import Outputs, Timed  # bench/: one timed pass of ours, shared with the HF peer
 from peer_vllm_throughput import ours_pass_with_latencies, run_throughput_with
+from token_agreement import prefix_agreement  # bench/: shared with bench/peer_llamacpp.py
 
 WORKER = Path(__file__).with_name("vllm_worker.py")
 
@@ -151,16 +152,6 @@ def alternate(peers: list, requests: list[Request], rounds: int) -> dict[str, li
         for peer in peers:
             passes[peer.name].append(peer.generate(requests))
     return passes
-
-
-def prefix_agreement(a: list[int], b: list[int], n: int) -> int:
-    """Tokens equal before the first difference, within the first n."""
-    agreed = 0
-    for x, y in zip(a[:n], b[:n]):
-        if x != y:
-            break
-        agreed += 1
-    return agreed
 
 
 def run_throughput(checkpoint: Path, python: str, args: argparse.Namespace, work: Path) -> None:

@@ -1,0 +1,59 @@
+"""Where two engines' greedy answers first differ, how close a call was it? Scored by batchtop's model in
+float32 on the file's dequantized weights (the file's exact math): each engine's token's rank there and
+the log-probability between the two. Ranks 1 and 2 a few hundredths of a nat apart say the difference
+is a near-tie that rounding flips, not a wrong model.
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass
+
+import torch
+
+from perplexity import engine_config, window_logits  # bench/
+from token_agreement import prefix_agreement
+from batchtop.core_engine.worker.model_runner import ModelRunner
+
+
+@dataclass(frozen=True)
+class FirstDifference:
+    question: int
+    position: int
+    our_rank: int  # of the first engine's token under the reference (1: its top token)
+    their_rank: int  # of the other engine's
+    gap_nats: float  # |log p(our token) - log p(their token)| under the reference
+
+
+def first_differences(runner: ModelRunner, prompts: list[list[int]], ours: list[list[int]],
+                      theirs: list[list[int]], n: int) -> list[FirstDifference]:
+    """Each answer pair that differs within its first n tokens (both still running there), scored after
+    the prompt and the tokens they share."""
+    found = []
+    for i, (prompt, a, b) in enumerate(zip(prompts, ours, theirs)):
+        k = prefix_agreement(a, b, n)
+        if k >= min(len(a), len(b), n):
+            continue
+        logits = window_logits(runner, prompt + a[:k])[-1]
+        logp = torch.log_softmax(logits, dim=-1)
+        found.append(FirstDifference(i, k, int((logits > logits[a[k]]).sum()) + 1,
+                                     int((logits > logits[b[k]]).sum()) + 1, abs(logp[a[k]] - logp[b[k]]).item()))
+    return found
+
+
+def summary(found: list[FirstDifference]) -> dict:
+    """How many first differences; whose token was the reference's top one; how far apart the two were."""
+    if not found:
+        return {"first_differences": 0}
+    gaps = [f.gap_nats for f in found]
+    return {"first_differences": len(found), "ours_top": sum(f.our_rank == 1 for f in found),
+            "theirs_top": sum(f.their_rank == 1 for f in found),
+            "max_rank": max(max(f.our_rank, f.their_rank) for f in found),
+            "gap_nats_median": statistics.median(gaps), "gap_nats_max": max(gaps)}
+
+
+def explain(gguf: str, prompts: list[list[int]], ours: list[list[int]], theirs: list[list[int]], n: int) -> dict:
+    """first_differences under the float32 dequantized reference model of the file, summarised."""
+    longest = max(len(p) for p in prompts) + n
+    runner = ModelRunner(engine_config(gguf, "float32", longest, "dequantized"))
+    return summary(first_differences(runner, prompts, ours, theirs, n))
