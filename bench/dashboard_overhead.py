@@ -26,7 +26,7 @@ from batchtop.core_engine.perf.device_peaks import device_peaks
 from batchtop.core_engine.engine.engine import Engine
 from batchtop.core_engine.sched.request import SamplingParams
 from batchtop.core_engine.model.tokenizer import Tokenizer
-from batchtop.core_engine.run.session import Session
+from batchtop.core_engine.run.live_session import Session
 from batchtop.core_engine.engine.detokenizer import TextDecoder
 from batchtop.core_engine.run.headless import run_workload
 from batchtop.core_engine.perf.metrics import MetricsCollector

@@ -51,7 +51,7 @@ from batchtop.core_engine.perf.metrics import MetricsCollector
 from batchtop.core_engine.run.resolve import resolve_config
 from batchtop.core_engine.run.headless import run_workload
 from batchtop.core_engine.workload.spec import WorkloadSpec, load_workload
-from batchtop.core_engine.simulate.device import simulated_device
+from batchtop.core_engine.simulate.simulated_devices import simulated_device
 from batchtop.core_engine.simulate.calibration_fit import fit_calibration, predict
 from batchtop.core_engine.simulate.simulation import Simulation
 

@@ -69,7 +69,11 @@ class ModelConfig:
     eos_token_ids: tuple[int, ...] = ()  # generation stops at these unless the request ignores EOS
     architecture: str = "LlamaForCausalLM"
     checkpoint: str | None = None  # Hugging Face model directory (or GGUF file) the weights load from; None: seeded random
-    quantization: str | None = None  # a GGUF file's weight type (Q4_1, Q8_0, ...), dequantized to the run's dtype
+    quantization: str | None = None  # a GGUF file's weight type (Q4_1, Q8_0, ...)
+    weights: str | None = None  # a GGUF file's: "quantized" (its blocks computed in place) or "dequantized" (dtype)
+    # quantized: stored bits per weight of (the layers' linears, on average; the embedding; the lm_head);
+    # None: every weight in the run's dtype
+    weight_bits: tuple[float, float, float] | None = None
 
     def __post_init__(self) -> None:
         for name in ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers",
@@ -115,7 +119,8 @@ class ModelConfig:
     def as_dict(self) -> dict:
         return {
             "name": self.name, "architecture": self.architecture, "checkpoint": self.checkpoint,
-            "quantization": self.quantization,
+            "quantization": self.quantization, "weights": self.weights,
+            "weight_bits": list(self.weight_bits) if self.weight_bits else None,
             "vocab_size": self.vocab_size, "hidden_size": self.hidden_size,
             "intermediate_size": self.intermediate_size, "num_hidden_layers": self.num_hidden_layers,
             "num_attention_heads": self.num_attention_heads,
@@ -136,6 +141,8 @@ class ModelConfig:
             fields["rope_scaling"] = RopeScaling(**{k: v for k, v in fields["rope_scaling"].items()
                                                     if k in RopeScaling.__dataclass_fields__})
         fields["eos_token_ids"] = tuple(fields.get("eos_token_ids", ()))
+        if fields.get("weight_bits"):
+            fields["weight_bits"] = tuple(fields["weight_bits"])
         return cls(**fields)
 
 

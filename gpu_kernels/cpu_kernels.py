@@ -275,13 +275,17 @@ def silu_mul_linear_bf16(x: torch.Tensor, packed: torch.Tensor, bias: torch.Tens
 def decoder_layers_bf16(x: torch.Tensor, weights: list, k_caches: list[torch.Tensor], v_caches: list[torch.Tensor],
                         cos: torch.Tensor, sin: torch.Tensor, slot_mapping: torch.Tensor, block_tables: torch.Tensor,
                         row_tables: torch.Tensor | None, context_lens: torch.Tensor, num_heads: int, eps: float,
-                        scale: float) -> None:
+                        scale: float, linear_types: list[int] | None = None) -> None:
     """Decoder layers in turn on x (rows, hidden), in place. weights: ten a layer, flat: the input and
     post-attention norms, then (pack, bias or None) of qkv, o, gate_up (packed by halves) and down; layer
     i's pool layer k_caches[i], v_caches[i]; the attention's tables as for paged_attention. Writes each
-    row's K/V at its slot in every layer."""
+    row's K/V at its slot in every layer. linear_types: four a layer (qkv, o, gate_up, down), -1 for a
+    pack_linear_bf16 pack, else the ggml type id of a GGUF block matrix (N, row_bytes) uint8 that
+    linear_quant reads (gate_up: its gate rows then its up rows), as quant_kernels.pack returns it;
+    None: every linear a bf16 pack."""
     torch.ops.batchtop_cpu.decoder_layers_bf16(x, weights, k_caches, v_caches, cos, sin, slot_mapping, block_tables,
-                                               row_tables, context_lens, num_heads, eps, scale)
+                                               row_tables, context_lens, num_heads, eps, scale,
+                                               list(linear_types) if linear_types is not None else [])
 
 
 def params_unchanged(params: list[torch.Tensor], state: torch.Tensor) -> bool:

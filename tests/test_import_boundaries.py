@@ -153,10 +153,10 @@ def test_the_sub_packages_of_core_engine_and_of_tui_depend_one_way():
 
 def test_only_the_run_loop_and_the_measurement_probes_step_an_engine():
     """One loop drives every front end; pacing and calibration probes step engines of their own."""
-    allowed = {"core_engine/run/loop.py", "core_engine/run/session.py",  # the loop, and the Session it steps
+    allowed = {"core_engine/run/loop.py", "core_engine/run/live_session.py",  # the loop, and the Session it steps
                "tui/sources/in_flight.py",  # that Session as the dashboard's loop steps it, timed for the status line
                "core_engine/run/trace_player.py",  # a recording's player: no engine behind it
-               "core_engine/run/pacing.py", "core_engine/perf/decode_sweep.py"}  # measurement probes
+               "core_engine/run/arrival_pacing.py", "core_engine/perf/decode_sweep.py"}  # measurement probes
     callers = set()
     for top in ("core_engine", "tui"):
         for path in (ROOT / top).rglob("*.py"):

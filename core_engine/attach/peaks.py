@@ -28,7 +28,7 @@ def _nvml_name() -> str | None:
 def attach_peaks(device: str | None, urls: list[str], dtype: str) -> tuple[DevicePeaks | None, str]:
     """(the roofs or None, where they come from or why there are none)."""
     if device:
-        from batchtop.core_engine.simulate.device import simulated_device
+        from batchtop.core_engine.simulate.simulated_devices import simulated_device
         try:
             chosen = simulated_device(device)
         except ConfigError as exc:

@@ -55,7 +55,7 @@ class ArrivalQueue:
 
 class WorkloadFeed(Protocol):
     """When the loaded workload's requests arrive. The plain feed plays their own arrival times; a paced
-    one (core_engine.run.pacing) plays them faster or slower as the run goes, from what it observes."""
+    one (core_engine.run.arrival_pacing) plays them faster or slower as the run goes, from what it observes."""
 
     def load(self, requests: tuple[Request, ...]) -> None:
         """Add requests to the workload (they arrive after those loaded before, by their arrival_s)."""

@@ -11,7 +11,10 @@ nanoGPT's estimate_mfu):
   weight bytes   = (P_layers + H * V + H) * e              read once per step, whatever the batch:
                                                            this is why decode batching is nearly free
                                                            (P_layers counts biases and norms too; a
-                                                           tied lm_head is still read once per step)
+                                                           tied lm_head is still read once per step).
+                                                           A quantized GGUF run reads its linears' and
+                                                           lm_head's blocks instead: their weights at
+                                                           the stored bits per weight (weight_bytes.py)
   KV bytes       = L * 2 * kvh * hd * e * (keys read + T written)
   activation bytes = L * T * e * (sum over the 7 projections of in + out widths)
 
@@ -28,6 +31,7 @@ from dataclasses import dataclass
 
 from batchtop.core_engine.config import ModelConfig
 from batchtop.core_engine.device import DTYPES
+from batchtop.core_engine.model.weight_bytes import step_weight_bytes
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,7 +89,7 @@ def step_cost(model: ModelConfig, dtype: str, chunks: list[Chunk], num_logit_row
 
     weight_flops = 2 * layer_weights * layers * tokens + 2 * h * v * num_logit_rows
     attn_flops = layers * 4 * model.num_attention_heads * model.head_dim * keys
-    weight_bytes = (model.layer_params() * layers + h * v + h) * e
+    weight_bytes = step_weight_bytes(model, e)
     kv_row = 2 * model.kv_dim * e  # K and V of one token in one layer
     kv_bytes = layers * kv_row * (read + tokens)
     q, kv, i = model.q_dim, model.kv_dim, model.intermediate_size

@@ -112,14 +112,20 @@ def unpermute_rope(rows: torch.Tensor, num_heads: int) -> torch.Tensor:
     return rows.reshape(num_heads, head // 2, 2, *rows.shape[1:]).transpose(1, 2).reshape(rows.shape)
 
 
-def read_tensor(h: GGUFHeader, info: TensorInfo) -> torch.Tensor:
-    """One tensor from the file, dequantized to float32 (a fresh array, not a view of the file)."""
+def read_raw(h: GGUFHeader, info: TensorInfo) -> np.ndarray:
+    """One tensor's bytes as the file stores them (a fresh uint8 array, not a view of the file)."""
     try:
         raw = np.fromfile(h.path, dtype=np.uint8, count=info.nbytes, offset=info.offset)
     except OSError as exc:
         raise BadInput(f"{h.path}: cannot read tensor {info.name} ({exc.strerror or exc})") from None
     if raw.size != info.nbytes:
         raise BadInput(f"{h.path}: truncated: tensor {info.name} has {raw.size} of its {info.nbytes} bytes")
+    return raw
+
+
+def read_tensor(h: GGUFHeader, info: TensorInfo) -> torch.Tensor:
+    """One tensor from the file, dequantized to float32 (a fresh array, not a view of the file)."""
+    raw = read_raw(h, info)
     kind = gguf.GGMLQuantizationType[info.type_name]
     values = gguf.quants.dequantize(raw.reshape(info.byte_shape), kind)
     return torch.from_numpy(np.ascontiguousarray(values, dtype=np.float32).reshape(info.shape))

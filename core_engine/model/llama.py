@@ -18,6 +18,7 @@ from torch import nn
 
 from batchtop.core_engine.config import ModelConfig
 from batchtop.core_engine.model.packed_linear import PackedLinear, packing, parameter_registrations, weight_key
+from batchtop.core_engine.model.quant_linear import fused_layer_options, fused_linear, layers_fuse, weight_slots
 from batchtop.gpu_kernels import cpu_kernels, store_kv, triton_fused, uses_cpu_kernel, uses_triton
 from batchtop.gpu_kernels.attention import AttentionBackend, PrefillPlan, select_backend
 
@@ -276,9 +277,9 @@ class DecoderLayer(nn.Module):
         return self.mlp.forward_triton(normed), residual
 
     def fused_weights(self) -> tuple:
-        """The layer's ten weights as decoder_layers_bf16 takes them (norms, then each linear's pack and
-        bias), kept between steps: building them costs ~25 us a layer, 0.8 ms a SmolLM2 step. Rebuilt
-        when a parameter is replaced or written to (weight_key)."""
+        """The layer's ten weights as decoder_layers_bf16 takes them (norms, then each linear's pack or
+        block matrix, and bias), kept between steps: building them costs ~25 us a layer, 0.8 ms a SmolLM2
+        step. Rebuilt when a parameter is replaced or written to (weight_key)."""
         cached = self.__dict__.get("_fused")
         if cached is not None:
             slots, params, keys, weights = cached
@@ -286,11 +287,11 @@ class DecoderLayer(nn.Module):
             if all(a is b for a, b in zip(current, params)) and keys == tuple(weight_key(p) for p in current):
                 return weights
         linears = (self.self_attn.qkv_proj, self.self_attn.o_proj, self.mlp.gate_up_proj, self.mlp.down_proj)
-        slots = tuple((m._parameters, name) for m in (self.input_layernorm, self.post_attention_layernorm, *linears)
-                      for name in ("weight", "bias") if m._parameters.get(name) is not None)
+        slots = tuple(slot for m in (self.input_layernorm, self.post_attention_layernorm, *linears)
+                      for slot in weight_slots(m))
         params = tuple(d[name] for d, name in slots)
         weights = (self.input_layernorm.weight, self.post_attention_layernorm.weight,
-                   *(t for lin in linears for t in (lin.bf16_pack(), lin.bias)))
+                   *(t for lin in linears for t in fused_linear(lin)))
         self.__dict__["_fused"] = (slots, params, tuple(weight_key(p) for p in params), weights)
         return weights
 
@@ -330,7 +331,8 @@ class LlamaForCausalLM(nn.Module):
     def _fused_rows(self, x: torch.Tensor, batch: AttentionBatch) -> tuple | None:
         """What decoder_layers_bf16 attends with: every row in the one kernel call (decode rows, or the varlen
         rows of decode rows and prompt chunks), or None where the layers run op by op."""
-        if not self.fuse_layers or batch.prefills or not fusable_layers(self.config, x.device, x.dtype):
+        if not self.fuse_layers or batch.prefills or not fusable_layers(self.config, x.device, x.dtype) \
+                or not layers_fuse(self):
             return None
         if batch.varlen is not None:
             return batch.varlen.tables, batch.varlen.row_tables, batch.varlen.context_lens
@@ -375,7 +377,7 @@ class LlamaForCausalLM(nn.Module):
             cpu_kernels.decoder_layers_bf16(x, self._fused_stack(), [k for k, _ in batch.kv_caches],
                                             [v for _, v in batch.kv_caches], cos, sin, batch.slot_mapping, *rows,
                                             first.self_attn.num_heads, first.input_layernorm.variance_epsilon,
-                                            first.self_attn.scale)
+                                            first.self_attn.scale, **fused_layer_options(self))
         x = self.model.norm(x.index_select(0, logits_rows))  # only the rows we sample from reach the lm_head
         return self.lm_head(x)  # model dtype: greedy argmax needs no fp32 copy
 

@@ -14,7 +14,7 @@ from batchtop.core_engine.engine.engine import Engine
 from batchtop.core_engine.perf.metrics import MetricsCollector
 from batchtop.core_engine.sched.request import Request
 from batchtop.core_engine.run.loop import JumpTime, RunLoop, RunTime, Stepped, WallTime
-from batchtop.core_engine.run.session import Session
+from batchtop.core_engine.run.live_session import Session
 from batchtop.core_engine.run.stop import StopRequest, Terminated
 from batchtop.core_engine.engine.snapshot import StepSnapshot
 from batchtop.core_engine.simulate.clock import VirtualClock

@@ -16,13 +16,15 @@ from batchtop.core_engine.device import DTYPES, resolve_device, resolve_dtype
 from batchtop.core_engine.errors import ConfigError
 from batchtop.core_engine.text_files import input_problem
 from batchtop.core_engine.model.checkpoint import available_memory, check_checkpoint, check_fits
+from batchtop.core_engine.model.gguf_quant_weights import with_weights
 from batchtop.core_engine.model.gguf_weights import check_tensors
 from batchtop.core_engine.model.hf_config import read_model_config
 from batchtop.core_engine.model.smollm2 import NAME as SMOLLM2, require_smollm2, smollm2_file
 from batchtop.core_engine.model.sources import is_gguf, read_gguf_config
+from batchtop.core_engine.model.weight_bytes import stored_weight_bytes
 from batchtop.core_engine.workload.spec import WorkloadSpec
 from batchtop.core_engine.worker.memory_need import check_engine_fits
-from batchtop.core_engine.simulate.device import SimulatedDevice
+from batchtop.core_engine.simulate.simulated_devices import SimulatedDevice
 
 GIB = 1 << 30
 
@@ -65,8 +67,7 @@ def kv_blocks_for_memory(model: ModelConfig, dtype: str, block_size: int, fracti
     """Blocks that fit in `fraction` of `memory` bytes of GPU memory after the weights and a working reserve."""
     if not 0 < fraction <= 1:
         raise ConfigError("gpu_memory_utilization", f"must be in (0, 1], got {fraction}")
-    elem = DTYPES[dtype].itemsize
-    weights = model.num_params() * elem
+    weights = stored_weight_bytes(model, DTYPES[dtype].itemsize)
     reserve = 2 * GIB + 8 * model.vocab_size * 4 * 2048  # activations and fp32 logits of a full step
     per_block = kv_block_bytes(model, dtype, block_size)
     room = memory * fraction - weights - reserve
@@ -99,7 +100,7 @@ def check_pool_fits(model: ModelConfig, dtype: str, block_size: int, num_kv_bloc
     as an out-of-memory error (or minutes of swapping) while the engine is built."""
     have = memory if memory is not None else available_memory(device)
     pool = num_kv_blocks * kv_block_bytes(model, dtype, block_size)
-    weights = model.num_params() * DTYPES[dtype].itemsize
+    weights = stored_weight_bytes(model, DTYPES[dtype].itemsize)
     if have is not None and pool + weights > have:
         where = "the simulated GPU has" if memory is not None else ("the GPU has" if device == "cuda"
                                                                     else "the machine has")
@@ -128,11 +129,12 @@ def resolve_model(model: str, default: str) -> ModelConfig:
 
 
 def resolve_config(*, model: str = "auto", device: str = "auto", dtype: str = "auto",
-                   mode: str = "continuous", max_num_seqs: int | None = None,
+                   weights: str = "auto", mode: str = "continuous", max_num_seqs: int | None = None,
                    max_num_batched_tokens: int | None = None, block_size: int = 16,
                    num_kv_blocks: int | None = None, gpu_memory_utilization: float = 0.9,
                    seed: int = 0, simulate: SimulatedDevice | None = None) -> EngineConfig:
-    """simulate: resolve for that device (its kind and memory) instead of the one torch sees."""
+    """simulate: resolve for that device (its kind and memory) instead of the one torch sees. weights: how a
+    GGUF file's blocks run, quantized or dequantized (gguf_quant_weights.with_weights)."""
     if simulate is None:
         dev, memory = resolve_device(device), None
     elif device != "auto":
@@ -146,6 +148,7 @@ def resolve_config(*, model: str = "auto", device: str = "auto", dtype: str = "a
     dt = resolve_dtype(dtype, dev)
     if dev == "cpu" and dt == "float16":
         raise ConfigError("dtype", "float16 is slow on CPU; use bfloat16 or float32")
+    model_cfg = with_weights(model_cfg, weights, dev, dt)
     if model_cfg.checkpoint is not None and simulate is None:  # fail now, not after minutes of loading
         if is_gguf(model_cfg.checkpoint):
             check_tensors(model_cfg)

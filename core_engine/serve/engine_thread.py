@@ -7,7 +7,7 @@ import threading
 from collections.abc import Callable
 
 from batchtop.core_engine.run.loop import RunLoop
-from batchtop.core_engine.run.session import Session
+from batchtop.core_engine.run.live_session import Session
 
 
 class EngineThread:

@@ -9,7 +9,7 @@ from batchtop.core_engine.engine.engine import Engine
 from batchtop.core_engine.perf.device_peaks import DevicePeaks
 from batchtop.core_engine.simulate.calibration import Calibration
 from batchtop.core_engine.simulate.clock import VirtualClock
-from batchtop.core_engine.simulate.device import SimulatedDevice
+from batchtop.core_engine.simulate.simulated_devices import SimulatedDevice
 from batchtop.core_engine.simulate.runner import RooflineTimer, SimulatedRunner
 
 

@@ -16,6 +16,7 @@ from batchtop.core_engine.config import EngineConfig
 from batchtop.core_engine.device import DTYPES
 from batchtop.core_engine.errors import ConfigError
 from batchtop.core_engine.model.checkpoint import available_memory
+from batchtop.core_engine.model.weight_bytes import stored_weight_bytes, weights_text
 
 INT64 = 8
 FLOAT32 = 4
@@ -46,7 +47,8 @@ def memory_need(config: EngineConfig) -> MemoryNeed:
     # live at once in a layer: the residual, its norm, q, k, v, attention out, o_proj out, gate, up, act
     per_token = 3 * m.hidden_size + 2 * m.q_dim + 2 * m.kv_dim + 3 * m.intermediate_size
     table_width = min(-(-config.max_model_len // config.block_size), config.num_kv_blocks)
-    return MemoryNeed(weights=m.num_params() * elem, kv_pool=kv_pool, step=staged + tokens * per_token * elem,
+    return MemoryNeed(weights=int(stored_weight_bytes(m, elem)), kv_pool=kv_pool,
+                      step=staged + tokens * per_token * elem,
                       slots=seqs * (m.vocab_size * FLOAT32 + table_width * INT64))
 
 
@@ -79,7 +81,8 @@ WORDS = {"model": "of weights", "kv_pool": "of KV cache", "step": "for a step's 
 def _blame(config: EngineConfig, part: str, size: int) -> tuple[str, str]:
     m = config.model
     if part == "model":
-        return "model", f"{m.name}'s {m.num_params():,} parameters need {_size(size)} in {config.dtype}"
+        return "model", (f"{m.name}'s {m.num_params():,} parameters need {_size(size)} "
+                         f"({weights_text(m, config.dtype)})")
     if part == "kv_pool":
         pool = (f"the KV pool ({config.num_kv_blocks:,} blocks and one scratch block, {config.block_size:,} "
                 f"tokens each) needs {_size(size)}")

@@ -14,6 +14,10 @@
 // Every step rounds to bf16 where the torch ops round (the same kernels and row helpers as the unfused
 // path), so the layer's output is bitwise that of DecoderLayer.forward on the CPU kernels. Every row is
 // computed alone in a fixed order: a row's result does not depend on the other rows of the step.
+//
+// Each of a layer's four linears may instead be a GGUF-quantized block matrix (linear_quant_cpu.cpp), by
+// its ggml type id in linear_types; a quantized gate_up holds its gate rows then its up rows. The layer
+// is then bitwise the same ops run one by one with linear_quant in place of linear_bf16.
 #include <ATen/EmptyTensor.h>
 #include <ATen/Parallel.h>
 #include <ATen/record_function.h>
@@ -25,6 +29,8 @@
 #include "cpu_vec.h"
 #include "fused_rows.h"
 #include "linear_bf16_cpu.h"
+#include "linear_quant_cpu.h"
+#include "quant_repack.h"
 #include "ops_cpu.h"
 
 namespace batchtop_cpu {
@@ -33,26 +39,59 @@ namespace {
 using bf16 = c10::BFloat16;
 constexpr int64_t GRAIN = 1 << 14;  // elements per parallel task: a decode step's rows stay on one thread
 
-struct Packed {  // a PackedLinear's pack, its bias and its output features
+struct Packed {  // a PackedLinear's pack (type -1) or a GGUF block matrix (its ggml type), and its bias
   const at::Tensor& packed;
   const c10::optional<at::Tensor>& bias;
   const char* name;
+  int64_t type;
 };
+
+// gate_up's intermediate size: a bf16 pack by halves has 32 columns of each half per 64-column group
+int64_t gate_up_half(const Packed& w) {
+  if (w.type < 0) return 32 * w.packed.size(0);
+  const at::Tensor& p = w.packed;
+  if (!quant_repacked(w.type) || p.dim() != 2 || p.scalar_type() != at::kByte || !p.is_contiguous() ||
+      p.numel() < static_cast<int64_t>(sizeof(RepackHeader)))
+    return p.size(0) / 2;  // check_packed then says what is wrong
+  RepackHeader h{};
+  std::memcpy(&h, w.packed.data_ptr<uint8_t>(), sizeof h);
+  return h.n / 2;
+}
 
 void check_packed(const Packed& w, int64_t k, int64_t n) {
   const at::Tensor& p = w.packed;
-  TORCH_CHECK(p.dim() == 4 && p.size(2) == 64 && p.size(3) == 2 && p.is_contiguous() &&
+  if (w.type >= 0 && quant_repacked(w.type)) {
+    int64_t packed_n = 0;
+    repacked_groups(p, w.type, k, &packed_n, "decoder_layers_bf16");
+    TORCH_CHECK(packed_n == n, "decoder_layers_bf16: ", w.name, " must be the pack of a (", n, ", ", k,
+                ") matrix of ggml type ", w.type, ", got one of ", packed_n, " rows");
+  } else if (w.type >= 0) {
+    const int64_t row_bytes = quant_row_bytes(w.type, k);
+    TORCH_CHECK(row_bytes > 0 && p.dim() == 2 && p.is_contiguous() && p.scalar_type() == at::kByte &&
+                    p.size(0) == n && p.size(1) == row_bytes,
+                "decoder_layers_bf16: ", w.name, " must be a contiguous (", n, ", ", row_bytes, ") uint8 block matrix"
+                " of ggml type ", w.type, " for ", k, " features");
+  } else {
+    TORCH_CHECK(p.dim() == 4 && p.size(2) == 64 && p.size(3) == 2 && p.is_contiguous() &&
                   p.scalar_type() == at::kBFloat16 && 2 * p.size(1) == k && n <= 64 * p.size(0) && n > 64 * (p.size(0) - 1),
-              "decoder_layers_bf16: ", w.name, " must be pack_linear_bf16's pack of an (", n, ", ", k, ") weight");
+                "decoder_layers_bf16: ", w.name, " must be pack_linear_bf16's pack of an (", n, ", ", k, ") weight");
+  }
   TORCH_CHECK(!w.bias || !w.bias->defined() ||
                   (w.bias->dim() == 1 && w.bias->size(0) == n && w.bias->is_contiguous() &&
                    w.bias->scalar_type() == at::kBFloat16),
               "decoder_layers_bf16: ", w.name, " bias must be contiguous (", n, ",) bfloat16");
 }
 
-void linear(const bf16* x, int64_t x_stride, int64_t rows, const Packed& w, int64_t n, int64_t half, bf16* out,
+// n: the output features (both halves for kSiluMul), k the input features
+void linear(const bf16* x, int64_t x_stride, int64_t rows, int64_t k, const Packed& w, int64_t n, bf16* out,
             int64_t out_stride, Epilogue epilogue) {
   const bf16* bias = w.bias && w.bias->defined() ? w.bias->data_ptr<bf16>() : nullptr;
+  if (w.type >= 0)
+    return linear_quant_run(QuantLinearArgs{x, x_stride, rows,
+                                            w.packed.data_ptr<uint8_t>() + (quant_repacked(w.type) ? w.packed.size(1) : 0),
+                                            k, n, w.type, bias, out,
+                                            out_stride, epilogue});
+  const int64_t half = epilogue == Epilogue::kSiluMul ? n / 2 : 0;
   linear_bf16_run(LinearArgs{x, x_stride, rows, w.packed.data_ptr<bf16>(), w.packed.size(0), w.packed.size(1), n, half,
                              bias, out, out_stride, epilogue});
 }
@@ -87,13 +126,14 @@ struct LayerWeights {
 
 constexpr int64_t WEIGHTS_PER_LAYER = 10;  // the two norms, then each linear's pack and bias (or None)
 
-LayerWeights layer_weights(const std::vector<c10::optional<at::Tensor>>& w, int64_t layer) {
+LayerWeights layer_weights(const std::vector<c10::optional<at::Tensor>>& w, const int64_t* types, int64_t layer) {
   const auto* e = w.data() + WEIGHTS_PER_LAYER * layer;
+  const int64_t* t = types + 4 * layer;
   for (int i : {0, 1, 2, 4, 6, 8})
     TORCH_CHECK(e[i].has_value() && e[i]->defined(), "decoder_layers_bf16: layer ", layer,
                 " lacks a norm weight or a linear's pack");
-  return {*e[0], *e[1], {*e[2], e[3], "qkv"}, {*e[4], e[5], "o_proj"}, {*e[6], e[7], "gate_up"},
-          {*e[8], e[9], "down_proj"}};
+  return {*e[0], *e[1], {*e[2], e[3], "qkv", t[0]}, {*e[4], e[5], "o_proj", t[1]}, {*e[6], e[7], "gate_up", t[2]},
+          {*e[8], e[9], "down_proj", t[3]}};
 }
 
 // Every layer's shapes and dtypes, checked before the first one runs: a bad call changes nothing.
@@ -106,7 +146,7 @@ void check_layer(const LayerWeights& w, const at::Tensor& k_cache, const at::Ten
   const int64_t kv_heads = k_cache.size(2), hd = k_cache.size(3);
   TORCH_CHECK(num_heads > 0 && num_heads % kv_heads == 0 && hd % 2 == 0 && hd <= 256 && hidden % 2 == 0,
               "decoder_layers_bf16: heads must be a multiple of kv heads, head_dim even and <= 256, hidden even");
-  const int64_t q_dim = num_heads * hd, width = q_dim + 2 * kv_heads * hd, inter = 32 * w.gate_up.packed.size(0);
+  const int64_t q_dim = num_heads * hd, width = q_dim + 2 * kv_heads * hd, inter = gate_up_half(w.gate_up);
   for (const at::Tensor* t : {&w.input_norm, &w.post_norm})
     TORCH_CHECK(t->dim() == 1 && t->size(0) == hidden && t->is_contiguous() && t->scalar_type() == at::kBFloat16,
                 "decoder_layers_bf16: the norm weights must be contiguous (hidden,) bfloat16");
@@ -135,7 +175,7 @@ void run_layer(bf16* xp, const LayerWeights& w, at::Tensor& k_cache, at::Tensor&
                Scratch& scratch) {
   const int64_t rows = s.rows, hidden = s.hidden, kv_heads = k_cache.size(2), hd = k_cache.size(3);
   const int64_t q_dim = s.num_heads * hd, width = q_dim + 2 * kv_heads * hd;
-  const int64_t half = 32 * w.gate_up.packed.size(0), inter = half;  // packed by halves: 32 columns of each per group
+  const int64_t inter = gate_up_half(w.gate_up);
   bf16* hp = scratch.h.data_ptr<bf16>();
   bf16* qkv_out = scratch.qkv.data_ptr<bf16>();
   // Each stage is a scope torch.profiler shows by name (bench/profile_decode.py); off the profiler a
@@ -146,7 +186,7 @@ void run_layer(bf16* xp, const LayerWeights& w, at::Tensor& k_cache, at::Tensor&
   }
   {
     RECORD_USER_SCOPE("fused.qkv_proj");
-    linear(hp, hidden, rows, w.qkv, width, 0, qkv_out, width, Epilogue::kStore);
+    linear(hp, hidden, rows, hidden, w.qkv, width, qkv_out, width, Epilogue::kStore);
   }
   {
     RECORD_USER_SCOPE("fused.rope_kv_write");
@@ -160,7 +200,7 @@ void run_layer(bf16* xp, const LayerWeights& w, at::Tensor& k_cache, at::Tensor&
   }
   {
     RECORD_USER_SCOPE("fused.o_proj_residual");
-    linear(scratch.attn.data_ptr<bf16>(), q_dim, rows, w.o, hidden, 0, xp, hidden, Epilogue::kAddInto);
+    linear(scratch.attn.data_ptr<bf16>(), q_dim, rows, q_dim, w.o, hidden, xp, hidden, Epilogue::kAddInto);
   }
   {
     RECORD_USER_SCOPE("fused.post_norm");
@@ -168,24 +208,25 @@ void run_layer(bf16* xp, const LayerWeights& w, at::Tensor& k_cache, at::Tensor&
   }
   {
     RECORD_USER_SCOPE("fused.gate_up_silu");
-    linear(hp, hidden, rows, w.gate_up, 2 * inter, half, scratch.act.data_ptr<bf16>(), inter, Epilogue::kSiluMul);
+    linear(hp, hidden, rows, hidden, w.gate_up, 2 * inter, scratch.act.data_ptr<bf16>(), inter, Epilogue::kSiluMul);
   }
   {
     RECORD_USER_SCOPE("fused.down_proj_residual");
-    linear(scratch.act.data_ptr<bf16>(), inter, rows, w.down, hidden, 0, xp, hidden, Epilogue::kAddInto);
+    linear(scratch.act.data_ptr<bf16>(), inter, rows, inter, w.down, hidden, xp, hidden, Epilogue::kAddInto);
   }
 }
 
 }  // namespace
 
 // The step's decoder layers in turn over x, in place: layer i reads weights [10 i, 10 i + 10) and its
-// pool layer k_caches[i], v_caches[i]. One call a step instead of one a layer: on SmolLM2 the Python
+// pool layer k_caches[i], v_caches[i]; linear_types[4 i + j] is the type of its j-th linear (qkv, o, gate_up,
+// down): -1 a pack_linear_bf16 pack, else a ggml type id (empty: every one -1). One call a step instead of one a layer: on SmolLM2 the Python
 // and dispatch around 30 layer calls cost about as much as a tenth of a one-row step.
 void decoder_layers_bf16(at::Tensor x, const c10::List<c10::optional<at::Tensor>>& weight_list,
                          at::TensorList k_caches, at::TensorList v_caches, const at::Tensor& cos, const at::Tensor& sin,
                          const at::Tensor& slot_mapping, const at::Tensor& block_tables,
                          const c10::optional<at::Tensor>& row_tables, const at::Tensor& context_lens,
-                         int64_t num_heads, double eps, double scale) {
+                         int64_t num_heads, double eps, double scale, at::IntArrayRef linear_types) {
   TORCH_CHECK(linear_bf16_supported(), "decoder_layers_bf16: built without AVX512_BF16 or AVX2 and FMA");
   TORCH_CHECK(x.dim() == 2 && x.is_contiguous() && x.scalar_type() == at::kBFloat16 && x.device().is_cpu(),
               "decoder_layers_bf16: x must be a contiguous (rows, hidden) bfloat16 CPU tensor");
@@ -196,13 +237,23 @@ void decoder_layers_bf16(at::Tensor x, const c10::List<c10::optional<at::Tensor>
               weight_list.size(), " weights, ", k_caches.size(), " and ", v_caches.size(), " pool layers");
   const int64_t rows = x.size(0), hidden = x.size(1);
   const std::vector<c10::optional<at::Tensor>> weights = weight_list.vec();
+  std::vector<int64_t> types(4 * layers, -1);
+  if (!linear_types.empty()) {
+    TORCH_CHECK(static_cast<int64_t>(linear_types.size()) == 4 * layers, "decoder_layers_bf16: linear_types must "
+                "hold 4 types a layer (qkv, o, gate_up, down), got ", linear_types.size(), " for ", layers, " layers");
+    for (int64_t i = 0; i < 4 * layers; ++i) {
+      TORCH_CHECK(linear_types[i] == -1 || linear_quant_supported(linear_types[i]), "decoder_layers_bf16: linear_types[",
+                  i, "] = ", linear_types[i], " is neither -1 (bf16) nor a quantized type linear_quant runs here");
+      types[i] = linear_types[i];
+    }
+  }
   std::vector<LayerWeights> stack;
   stack.reserve(layers);
   for (int64_t i = 0; i < layers; ++i) {
-    stack.push_back(layer_weights(weights, i));
+    stack.push_back(layer_weights(weights, types.data(), i));
     check_layer(stack[i], k_caches[i], v_caches[i], hidden, num_heads);
     TORCH_CHECK(k_caches[i].sizes() == k_caches[0].sizes() &&  // the scratch is sized by layer 0
-                    stack[i].gate_up.packed.sizes() == stack[0].gate_up.packed.sizes(),
+                    gate_up_half(stack[i].gate_up) == gate_up_half(stack[0].gate_up),
                 "decoder_layers_bf16: every layer must have layer 0's shapes");
   }
   if (layers == 0) return;
@@ -218,7 +269,7 @@ void decoder_layers_bf16(at::Tensor x, const c10::List<c10::optional<at::Tensor>
   const auto opts = x.options();
   Scratch scratch{at::detail::empty_cpu({rows, hidden}, opts), at::detail::empty_cpu({rows, width}, opts),
                   at::detail::empty_cpu({rows, num_heads, hd}, opts),
-                  at::detail::empty_cpu({rows, 32 * stack[0].gate_up.packed.size(0)}, opts)};
+                  at::detail::empty_cpu({rows, gate_up_half(stack[0].gate_up)}, opts)};
   const std::optional<at::Tensor> tables_of_rows = row_tables ? std::optional<at::Tensor>(*row_tables) : std::nullopt;
   const StepRows step{rows, hidden, num_heads, cos.data_ptr<bf16>(), sin.data_ptr<bf16>(),
                       slot_mapping.data_ptr<int64_t>(), block_tables, tables_of_rows, context_lens, eps, scale};

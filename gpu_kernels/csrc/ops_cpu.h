@@ -35,12 +35,20 @@ void linear_bf16(at::Tensor& out, const at::Tensor& x, const at::Tensor& packed,
                  int64_t half, int64_t epilogue);
 bool linear_bf16_supported();
 
+// linear_quant_cpu.cpp
+void linear_quant(at::Tensor& out, const at::Tensor& x, const at::Tensor& blocks, int64_t qtype,
+                  const c10::optional<at::Tensor>& bias, int64_t epilogue);
+bool linear_quant_supported(int64_t qtype);
+// quant_repack.cpp: the 16-column pack linear_quant reads Q4_0, Q4_1 and Q8_0 from on AVX-512 VNNI (other
+// types, other CPUs: the blocks themselves)
+at::Tensor pack_linear_quant(const at::Tensor& blocks, int64_t qtype);
+
 // decoder_layer_cpu.cpp
 void decoder_layers_bf16(at::Tensor x, const c10::List<c10::optional<at::Tensor>>& weight_list,
                          at::TensorList k_caches, at::TensorList v_caches, const at::Tensor& cos, const at::Tensor& sin,
                          const at::Tensor& slot_mapping, const at::Tensor& block_tables,
                          const c10::optional<at::Tensor>& row_tables, const at::Tensor& context_lens,
-                         int64_t num_heads, double eps, double scale);
+                         int64_t num_heads, double eps, double scale, at::IntArrayRef linear_types);
 bool params_unchanged(at::TensorList params, const at::Tensor& state);
 
 }  // namespace batchtop_cpu

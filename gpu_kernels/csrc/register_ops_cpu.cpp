@@ -18,9 +18,12 @@ TORCH_LIBRARY(batchtop_cpu, m) {
   m.def("pack_linear_bf16(Tensor weight) -> Tensor");
   m.def("linear_bf16(Tensor(a!) out, Tensor x, Tensor packed, Tensor? bias, int half=0, int epilogue=0) -> ()");
   m.def("linear_bf16_supported() -> bool", &linear_bf16_supported);
+  m.def("linear_quant(Tensor(a!) out, Tensor x, Tensor blocks, int qtype, Tensor? bias, int epilogue=0) -> ()");
+  m.def("linear_quant_supported(int qtype) -> bool", &linear_quant_supported);
+  m.def("pack_linear_quant(Tensor blocks, int qtype) -> Tensor");
   m.def("decoder_layers_bf16(Tensor(a!) x, Tensor?[] weights, Tensor(b!)[] k_caches, Tensor(c!)[] v_caches, "
         "Tensor cos, Tensor sin, Tensor slot_mapping, Tensor block_tables, Tensor? row_tables, Tensor context_lens, "
-        "int num_heads, float eps, float scale) -> ()");
+        "int num_heads, float eps, float scale, int[] linear_types=[]) -> ()");
   m.def("params_unchanged(Tensor[] params, Tensor state) -> bool", &params_unchanged);
 
   m.impl("paged_attention", c10::DispatchKey::CPU, TORCH_FN(paged_attention));
@@ -32,5 +35,7 @@ TORCH_LIBRARY(batchtop_cpu, m) {
   m.impl("argmax", c10::DispatchKey::CPU, TORCH_FN(argmax));
   m.impl("pack_linear_bf16", c10::DispatchKey::CPU, TORCH_FN(pack_linear_bf16));
   m.impl("linear_bf16", c10::DispatchKey::CPU, TORCH_FN(linear_bf16));
+  m.impl("linear_quant", c10::DispatchKey::CPU, TORCH_FN(linear_quant));
+  m.impl("pack_linear_quant", c10::DispatchKey::CPU, TORCH_FN(pack_linear_quant));
   m.impl("decoder_layers_bf16", c10::DispatchKey::CPU, TORCH_FN(decoder_layers_bf16));
 }

@@ -13,7 +13,7 @@ from batchtop.core_engine.config import preset
 from batchtop.core_engine.worker.memory_need import check_memory, memory_need
 from batchtop.core_engine.errors import ConfigError
 from batchtop.core_engine.run.resolve import GIB, resolve_config
-from batchtop.core_engine.simulate.device import simulated_device
+from batchtop.core_engine.simulate.simulated_devices import simulated_device
 from batchtop.core_engine.worker.model_runner import ModelRunner
 from batchtop.tui.cli import main
 from tests.conftest import tiny_config

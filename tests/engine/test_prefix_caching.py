@@ -162,7 +162,7 @@ def test_a_simulated_run_charges_only_computed_tokens_so_a_cached_prefix_shorten
     from batchtop.core_engine.config import preset
     from batchtop.core_engine.run.headless import run_workload
     from batchtop.core_engine.simulate.calibration import DEFAULT
-    from batchtop.core_engine.simulate.device import simulated_device
+    from batchtop.core_engine.simulate.simulated_devices import simulated_device
     from batchtop.core_engine.simulate.simulation import Simulation
 
     system = tuple(range(1, 513))  # a 512-token system prompt, then distinct 16-token questions

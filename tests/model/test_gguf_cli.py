@@ -8,7 +8,7 @@ from click.testing import CliRunner
 
 from batchtop.core_engine.model.smollm2 import INSTALL
 from batchtop.core_engine.run.resolve import resolve_config
-from batchtop.core_engine.simulate.device import simulated_device
+from batchtop.core_engine.simulate.simulated_devices import simulated_device
 from batchtop.tui.cli import main
 from tests.support.gguf_files import Q, plain_llama, write_gguf
 

@@ -19,10 +19,10 @@ from batchtop.core_engine.perf.device_peaks import DevicePeaks
 from batchtop.core_engine.run import resolve
 from batchtop.core_engine.run.resolve import resolve_config
 from batchtop.core_engine.run.headless import run_workload
-from batchtop.core_engine.run import pacing
+from batchtop.core_engine.run import arrival_pacing
 from batchtop.core_engine.simulate.calibration import Calibration
 from batchtop.core_engine.simulate.clock import VirtualClock
-from batchtop.core_engine.simulate.device import simulated_device
+from batchtop.core_engine.simulate.simulated_devices import simulated_device
 from batchtop.core_engine.simulate.simulation import Simulation
 from batchtop.tui.cli import main
 from tests.conftest import make_requests, run_all, tiny_config
@@ -90,7 +90,7 @@ def test_a_clock_that_does_not_advance_gives_the_closed_loop_pace_no_infinite_sp
     """The pacer divides completions by run time: steps that take no time (a coarse clock) must not give
     an infinite or NaN pace, and the workload still plays to its end."""
     engine = Engine(tiny_config(max_num_seqs=2), clock=lambda: 0.0)
-    pacer = pacing.ClosedLoopPacer(first_wave=2)
+    pacer = arrival_pacing.ClosedLoopPacer(first_wave=2)
     engine.use_feed(pacer)
     engine.load_workload([Request(f"r{i}", (1, 2, 3), 4, arrival_s=float(i)) for i in range(8)])
     for _ in range(400):

@@ -1,5 +1,5 @@
 """The bundled workload is paced in a closed loop: a first wave fills the slots, then the trace's arrivals
-play at the rate the run completes requests, however the engine's speed changes (core_engine/run/pacing.py)."""
+play at the rate the run completes requests, however the engine's speed changes (core_engine/run/arrival_pacing.py)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from click.testing import CliRunner
 
 from batchtop.core_engine.engine import control
 from batchtop.core_engine.engine.engine import Engine
-from batchtop.core_engine.run.pacing import ClosedLoopPacer
+from batchtop.core_engine.run.arrival_pacing import ClosedLoopPacer
 from batchtop.core_engine.sched.request import Request
 from batchtop.tui.cli import main
 from tests.conftest import tiny_config

@@ -70,7 +70,7 @@ def test_ctrl_c_while_the_model_is_built_exits_130_with_one_line():
 
 async def test_sigterm_closes_the_dashboard_and_its_recording(tmp_path):
     from batchtop.core_engine.engine.engine import Engine
-    from batchtop.core_engine.run.session import Session
+    from batchtop.core_engine.run.live_session import Session
     from batchtop.core_engine.trace.trace import Recorder
     from batchtop.tui.app import BatchtopApp
     from batchtop.tui.sources.live import EngineSource

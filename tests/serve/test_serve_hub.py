@@ -12,7 +12,7 @@ from batchtop.core_engine.serve.engine_thread import EngineThread
 from batchtop.core_engine.serve.exporter import VllmMetrics
 from batchtop.core_engine.serve.hub import RequestHub
 from batchtop.core_engine.serve.status_log import StatusLog
-from batchtop.core_engine.run.session import Session
+from batchtop.core_engine.run.live_session import Session
 from tests.conftest import tiny_config
 
 

@@ -17,7 +17,7 @@ from batchtop.core_engine.simulate.calibration_fit import fit_calibration, predi
 from batchtop.core_engine.perf.decode_sweep import StepSample, sweep_means
 from batchtop.core_engine.run.headless import run_workload
 from batchtop.core_engine.sched.request import Request
-from batchtop.core_engine.simulate.device import simulated_device
+from batchtop.core_engine.simulate.simulated_devices import simulated_device
 from batchtop.core_engine.simulate.simulation import Simulation
 from tests.conftest import tiny_config
 

@@ -12,13 +12,13 @@ from batchtop.core_engine.sched.request import Request
 from batchtop.core_engine.perf.device_peaks import DevicePeaks
 from batchtop.core_engine.run.headless import drive, run_workload
 from batchtop.core_engine.run.loop import JumpTime
-from batchtop.core_engine.run.session import Session
+from batchtop.core_engine.run.live_session import Session
 from batchtop.core_engine.run.script import ScriptAction, ScriptPlayer
 from batchtop.core_engine.simulate.calibration import DEFAULT, Calibration
 from batchtop.core_engine.simulate.clock import VirtualClock
 from batchtop.core_engine.simulate.runner import RooflineTimer, SimulatedRunner
 from batchtop.core_engine.simulate.simulation import Simulation
-from batchtop.core_engine.simulate.device import simulated_device
+from batchtop.core_engine.simulate.simulated_devices import simulated_device
 from tests.conftest import FakeClock, make_requests, tiny_config
 
 PEAKS = DevicePeaks("Test GPU", 1e12, 1e11, "datasheet:test")

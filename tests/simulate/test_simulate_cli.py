@@ -10,7 +10,7 @@ from click.testing import CliRunner
 from batchtop.core_engine.config import preset
 from batchtop.core_engine.run.resolve import GIB, resolve_config
 from batchtop.core_engine.simulate.calibration import load_calibration
-from batchtop.core_engine.simulate.device import simulated_device
+from batchtop.core_engine.simulate.simulated_devices import simulated_device
 from batchtop.tui.cli import main
 
 TINY = ["--model", "tiny", "--dtype", "float32"]

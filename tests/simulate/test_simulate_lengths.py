@@ -14,7 +14,7 @@ from batchtop.core_engine.config import preset
 from batchtop.core_engine.model.smollm2 import smollm2_file
 from batchtop.core_engine.perf.device_peaks import DevicePeaks
 from batchtop.core_engine.simulate.calibration import DEFAULT
-from batchtop.core_engine.simulate.device import simulated_device
+from batchtop.core_engine.simulate.simulated_devices import simulated_device
 from batchtop.core_engine.simulate.simulation import Simulation
 from batchtop.tui.cli import main
 from tests.conftest import make_requests, run_all, tiny_config

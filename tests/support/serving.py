@@ -24,7 +24,7 @@ from batchtop.core_engine.serve.prompt_text import start_chat
 from batchtop.core_engine.serve.prompts import ServedModel
 from batchtop.core_engine.serve.server import Server, bind_socket
 from batchtop.core_engine.serve.text import TextCodec
-from batchtop.core_engine.run.session import Session
+from batchtop.core_engine.run.live_session import Session
 from tests.conftest import tiny_config
 
 

@@ -10,7 +10,7 @@ import pytest
 
 from batchtop.core_engine.engine.engine import Engine
 from batchtop.core_engine.run.headless import run_workload
-from batchtop.core_engine.run.session import Session
+from batchtop.core_engine.run.live_session import Session
 from batchtop.core_engine.trace.trace import Recorder
 from batchtop.core_engine.engine.snapshot import HOLDING_PHASES, WORKING_PHASES, StepSnapshot
 from batchtop.core_engine.sched.kv_cache import FREE

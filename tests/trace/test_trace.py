@@ -14,7 +14,7 @@ from batchtop.core_engine.sched.request import Request
 from batchtop.core_engine.model.cost import StepCost
 from batchtop.core_engine.run.headless import run_workload
 from batchtop.core_engine.run.script import ScriptAction, ScriptPlayer, load_script
-from batchtop.core_engine.run.session import Session
+from batchtop.core_engine.run.live_session import Session
 from batchtop.core_engine.trace.trace import Recorder, TraceError, read_trace
 from tests.conftest import fail_on_call, make_requests, tiny_config
 from tests.tui.test_dashboard import TickClock, WORKLOAD, make_app, panel_text, step, wait_for

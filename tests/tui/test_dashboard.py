@@ -14,7 +14,7 @@ from batchtop.core_engine.engine.engine import Engine
 from batchtop.core_engine.sched.request import Request
 from batchtop.core_engine.worker.model_runner import ModelRunner
 from batchtop.core_engine.run.script import ScriptAction, ScriptPlayer
-from batchtop.core_engine.run.session import Session
+from batchtop.core_engine.run.live_session import Session
 from batchtop.core_engine.trace.trace import Recorder, read_trace
 from tests.conftest import fail_on_call, tiny_config
 from batchtop.tui.app import BatchtopApp

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
-from textual.app import App, ComposeResult
+from tests.support.panel_host import Host
 
 from batchtop.core_engine.perf.roofline_point import RooflinePoint as AttachPoint
 from batchtop.core_engine.config import preset
@@ -85,15 +85,6 @@ async def test_when_the_cpu_kernels_come_in_the_roofs_are_measured_with_them(mon
         await step(pilot)
         await wait_for(pilot, lambda: "roofs 40 TFLOP/s · 3.5 TB/s" in panel_text(app, DevicePanel))
         assert ("info", "roofs re-measured with the C++ kernels: 40 TFLOP/s, 3.5 TB/s") in notes
-
-
-class Host(App):
-    def __init__(self, panel) -> None:
-        super().__init__()
-        self.panel = panel
-
-    def compose(self) -> ComposeResult:
-        yield self.panel
 
 
 def decode_frame(rows: int = 16, context: int = 128, trail=()) -> SimpleNamespace:

@@ -12,7 +12,7 @@ from batchtop.core_engine.serve.exporter import VllmMetrics
 from batchtop.core_engine.serve.hub import RequestHub
 from batchtop.core_engine.serve.prompts import ServedModel
 from batchtop.core_engine.serve.server import Server, bind_socket
-from batchtop.core_engine.run.session import Session
+from batchtop.core_engine.run.live_session import Session
 from batchtop.tui.sources.live import EngineSource
 from batchtop.tui.app import BatchtopApp
 from batchtop.tui.widgets.engine.slots import SlotsPanel

@@ -11,8 +11,8 @@ import pytest
 from batchtop.core_engine.sched.request import Request
 from batchtop.core_engine.simulate.calibration import DEFAULT
 from batchtop.core_engine.simulate.clock import VirtualClock
-from batchtop.core_engine.run.pace import WallPace
-from batchtop.core_engine.simulate.device import simulated_device
+from batchtop.core_engine.run.playback_speed import WallPace
+from batchtop.core_engine.simulate.simulated_devices import simulated_device
 from batchtop.core_engine.simulate.simulation import Simulation
 from batchtop.tui.sources.live import EngineSource
 from batchtop.tui.app import BatchtopApp

@@ -12,7 +12,7 @@ from batchtop.core_engine.engine.engine import Engine
 from batchtop.core_engine.sched.request import Request, SamplingParams
 from batchtop.core_engine.model.hf_config import read_model_config
 from batchtop.core_engine.model.tokenizer import TextStream, Tokenizer
-from batchtop.core_engine.run.session import Session
+from batchtop.core_engine.run.live_session import Session
 from batchtop.core_engine.engine.detokenizer import TextDecoder
 from batchtop.core_engine.trace.trace import read_trace
 from batchtop.tui.app import BatchtopApp

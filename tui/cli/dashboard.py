@@ -8,8 +8,9 @@ import signal
 import sys
 
 from batchtop.core_engine.errors import BadInput
+from batchtop.core_engine.model.weight_bytes import weights_text
 from batchtop.core_engine.perf.telemetry import TelemetrySampler
-from batchtop.core_engine.run.pace import WallPace
+from batchtop.core_engine.run.playback_speed import WallPace
 from batchtop.core_engine.simulate.clock import VirtualClock
 from batchtop.core_engine.torch_thread import call_in_thread
 from batchtop.gpu_kernels import cpu_kernels
@@ -63,6 +64,8 @@ def loading_message(setup: Setup) -> str:
     params = f"{c.model.num_params() / 1e6:.3g}M params"
     if sim is not None:
         return f"setting up the what-if run of {c.model.name} ({params}) on {sim.device.label}"
+    if c.model.weights == "quantized":
+        return f"loading {c.model.name} ({params}, {weights_text(c.model, c.dtype)})"
     if c.model.quantization:
         return f"loading {c.model.name} ({params}): dequantizing {c.model.quantization} to {c.dtype}"
     if c.model.checkpoint is not None:

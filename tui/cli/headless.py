@@ -10,11 +10,12 @@ from collections.abc import Callable
 import click
 
 from batchtop.core_engine.perf.device_peaks import DevicePeaks, device_peaks
+from batchtop.core_engine.model.weight_bytes import weights_text
 from batchtop.core_engine.perf.metrics import finite
 from batchtop.core_engine.run.resolve import pool_note
 from batchtop.core_engine.engine.engine import Engine
 from batchtop.core_engine.run.headless import RunResult, run_workload
-from batchtop.core_engine.run.session import Session
+from batchtop.core_engine.run.live_session import Session
 from batchtop.core_engine.run.stop import exit_status
 from batchtop.core_engine.engine.snapshot import StepSnapshot
 from batchtop.tui.cli.defaults import HEADLESS_REQUESTS
@@ -53,7 +54,7 @@ def build_engine(setup: Setup, say: Callable[[str], None] = note) -> Engine:
             note(f"warning: {sim.mismatch()}")
         return sim.engine(c)
     verb = "building" if c.model.checkpoint is None else f"loading {c.model.checkpoint}:"
-    dtype = f"{c.model.quantization} dequantized to {c.dtype}" if c.model.quantization else c.dtype
+    dtype = weights_text(c.model, c.dtype)
     say(f"{verb} {c.model.name} ({c.model.num_params() / 1e6:.3g}M params, {dtype}) on {c.device}; "
         f"{c.num_kv_blocks} KV blocks x {c.block_size} tokens; {len(setup.requests)} requests")
     if capped:

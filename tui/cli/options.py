@@ -5,7 +5,6 @@ answered before anything heavy is imported. Turning the options into a run is ru
 
 from __future__ import annotations
 
-import functools
 import math
 import sys
 from collections.abc import Callable, Iterator
@@ -74,6 +73,12 @@ _OPTIONS = [
     click.option("--dtype", type=click.Choice(["auto", "float32", "bfloat16", "float16"]), default="auto",
                  show_default=True, help="auto = bfloat16 on CUDA, on CPUs with AVX512_BF16, and on AVX2 CPUs "
                                          "where batchtop's kernels build; else float32."),
+    click.option("--weights", type=click.Choice(["auto", "quantized", "dequantized"]), default="auto",
+                 show_default=True,
+                 help="A GGUF model's weights: quantized keeps the file's blocks (Q4_1, Q8_0, Q4_K, ...) and "
+                      "computes from them, streaming ~3x fewer bytes a step; dequantized expands them to --dtype. "
+                      "auto = quantized on CPU in bfloat16 where batchtop's kernels build; dequantized on CUDA "
+                      "and elsewhere (every step would dequantize the blocks in torch). Only a GGUF file has blocks."),
     click.option("--seed", type=SEED, default=0, show_default=True, help="Seeds weights, prompts and sampling."),
     click.option("--enforce-eager", is_flag=True,
                  help="CUDA: run every decode step eagerly (no CUDA graphs captured per batch-size bucket)."),
@@ -147,11 +152,3 @@ def bad_input_exits() -> Iterator[None]:
         yield
     except BadInput as exc:
         fail(user_message(exc), EXIT_BAD_INPUT)
-
-
-def exits_on_bad_input(func: Callable) -> Callable:
-    @functools.wraps(func)
-    def wrapper(*args, **kwargs):
-        with bad_input_exits():
-            return func(*args, **kwargs)
-    return wrapper

@@ -17,14 +17,14 @@ from batchtop.core_engine.model.sources import load_tokenizer
 from batchtop.core_engine.model.tokenizer import Tokenizer
 from batchtop.core_engine.sched.request import Request
 from batchtop.core_engine.run.script import ScriptAction, ScriptPlayer, load_script
-from batchtop.core_engine.run.pacing import ClosedLoopPacer
-from batchtop.core_engine.run.session import Session
+from batchtop.core_engine.run.arrival_pacing import ClosedLoopPacer
+from batchtop.core_engine.run.live_session import Session
 from batchtop.core_engine.engine.detokenizer import TextDecoder
 from batchtop.core_engine.run.resolve import resolve_config, resolve_workload
 from batchtop.core_engine.trace.trace import Recorder
 from batchtop.core_engine.workload.spec import WorkloadSpec, load_workload
 from batchtop.core_engine.simulate.calibration import DEFAULT, load_calibration
-from batchtop.core_engine.simulate.device import simulated_device
+from batchtop.core_engine.simulate.simulated_devices import simulated_device
 from batchtop.core_engine.simulate.simulation import Simulation
 from batchtop.core_engine.output_files import check_outputs
 from batchtop.tui.cli.defaults import DEMOS_DIR
@@ -87,7 +87,8 @@ def build_setup(opts: dict, output: str | None = None, *, clients_only: bool = F
     if device is None and opts.get("calibration") is not None:
         raise ConfigError("--calibration", "only applies to a --simulate run")
     config = resolve_config(
-        model=opts["model"], device=opts["device"], dtype=opts["dtype"], mode=opts["mode"],
+        model=opts["model"], device=opts["device"], dtype=opts["dtype"], weights=opts.get("weights", "auto"),
+        mode=opts["mode"],
         max_num_seqs=opts["max_num_seqs"], max_num_batched_tokens=opts["max_num_batched_tokens"],
         block_size=opts["block_size"], num_kv_blocks=opts["num_kv_blocks"],
         gpu_memory_utilization=opts["gpu_memory_utilization"], seed=opts["seed"], simulate=device)

@@ -19,7 +19,7 @@ from batchtop.core_engine.serve.prompt_text import start_chat
 from batchtop.core_engine.serve.prompts import ServedModel
 from batchtop.core_engine.serve.server import Server, bind_socket
 from batchtop.core_engine.serve.status_log import StatusLog
-from batchtop.core_engine.run.session import Session
+from batchtop.core_engine.run.live_session import Session
 from batchtop.core_engine.torch_thread import call_in_thread
 from batchtop.tui.cli.headless import build_engine, load_peaks, note
 from batchtop.tui.cli.options import EXIT_ENGINE_FAILURE, bad_input_exits

@@ -14,7 +14,7 @@ from batchtop.core_engine.attach.record.record import monitor_for, recorded_tick
 from batchtop.core_engine.attach.setup import AttachSetup
 from batchtop.core_engine.attach.watch import AttachWatch, sleep_until
 from batchtop.core_engine.perf.device_peaks import DevicePeaks, peaks_from_dict
-from batchtop.core_engine.run.pace import SPEEDS
+from batchtop.core_engine.run.playback_speed import SPEEDS
 from batchtop.core_engine.trace.trace import Trace
 from batchtop.tui.sources.source import ATTACH_LAYOUT, Notify
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from batchtop.core_engine.run.loop import Stepped
-from batchtop.core_engine.run.session import Session
+from batchtop.core_engine.run.live_session import Session
 from batchtop.tui.sources import wall
 from batchtop.tui.sources.pending import SentControls
 

@@ -21,8 +21,8 @@ from batchtop.core_engine.perf.device_peaks import DevicePeaks
 from batchtop.core_engine.perf.live_roofs import LiveRoofs, RoofsView
 from batchtop.core_engine.perf.telemetry import TelemetrySampler
 from batchtop.core_engine.run.loop import RunLoop, Stepped
-from batchtop.core_engine.run.pace import WallPace
-from batchtop.core_engine.run.session import Session
+from batchtop.core_engine.run.playback_speed import WallPace
+from batchtop.core_engine.run.live_session import Session
 from batchtop.core_engine.sched.request import Request
 from batchtop.core_engine.simulate.simulation import Simulation
 from batchtop.tui.sources import wall

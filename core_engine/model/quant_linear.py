@@ -1,0 +1,173 @@
+"""A linear layer and an embedding that keep a GGUF file's quantized blocks and compute from them.
+
+The weights stay as the file stores them (uint8 rows of blocks, quant_blocks.py), so a decode step
+streams the blocks (SmolLM2's Q4_1/Q8_0: ~96 MB) instead of a dequantized bf16 copy (~270 MB). Where
+batchtop's C++ kernels run the type (gpu_kernels.quant_kernels), they compute straight from the
+blocks; elsewhere (CUDA, no compiler, BATCHTOP_CPU_KERNEL=0, float32) each forward dequantizes the
+rows a chunk at a time and multiplies in the activations' dtype, caching nothing: memory is the point.
+
+The blocks are parameters (uint8, no gradient), so every place that sizes or tracks a model's weights
+(the runner's weight bytes, the fused decoder layer's cache checks) sees them as it sees dense ones.
+"""
+
+from __future__ import annotations
+
+
+import gguf
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from batchtop.core_engine.model.packed_linear import parameter_registrations
+from batchtop.core_engine.model.quant_blocks import dequantize, ggml_id
+from batchtop.gpu_kernels import cpu_kernels, quant_kernels
+
+
+CHUNK_WEIGHTS = 1 << 22  # weights the reference dequantizes at once (16 MB of float32), whatever the matrix
+
+
+def kernels_expected() -> bool:
+    """Whether batchtop's block kernels can run in this process: the C++ kernels are loaded with the op in
+    them, or can still be built; builds nothing."""
+    if cpu_kernels.active():
+        return hasattr(torch.ops.batchtop_cpu, "linear_quant")
+    return cpu_kernels.can_build()
+
+
+def kernel_runs(x: torch.Tensor, type_name: str) -> bool:
+    """Whether batchtop's C++ kernel computes this type's blocks for these activations."""
+    return x.device.type == "cpu" and x.dtype == torch.bfloat16 and quant_kernels.usable(type_name)
+
+
+def reference_linear(x: torch.Tensor, blocks: torch.Tensor, type_name: str, bias: torch.Tensor | None) -> torch.Tensor:
+    """x (rows, K) @ dequantize(blocks)^T + bias in x's dtype, the weight dequantized a chunk of rows at a time."""
+    n, k = blocks.shape[0], x.shape[1]
+    step = max(1, CHUNK_WEIGHTS // k)
+    if step >= n:
+        return F.linear(x, dequantize(blocks, type_name).to(x.dtype), bias)
+    out = torch.empty((x.shape[0], n), dtype=x.dtype, device=x.device)
+    for start in range(0, n, step):
+        rows = slice(start, start + step)
+        out[:, rows] = F.linear(x, dequantize(blocks[rows], type_name).to(x.dtype),
+                                None if bias is None else bias[rows])
+    return out
+
+
+class QuantLinear(nn.Module):
+    """y = x W^T + b with W held as blocks: one block matrix, or several parts of different types (a fused
+    q/k/v of a Q4_K_M file, whose v is Q6_K), each computing its own slice of the output."""
+
+    def __init__(self, in_features: int, parts: list[tuple[str, torch.Tensor]], bias: torch.Tensor | None = None,
+                 halves: bool = False) -> None:
+        """parts: (GGML type name, uint8 (rows, row_bytes) blocks or a Parameter holding them), in output
+        order; halves: the output is [gate | up] (silu_mul)."""
+        super().__init__()
+        self.in_features = in_features
+        self.types = tuple(t for t, _ in parts)
+        self.splits = tuple(b.shape[0] for _, b in parts)
+        self.out_features = sum(self.splits)
+        self.blocks = nn.ParameterList(b if isinstance(b, nn.Parameter) else nn.Parameter(b, requires_grad=False)
+                                       for _, b in parts)
+        self.bias = bias if bias is None or isinstance(bias, nn.Parameter) else nn.Parameter(bias)
+        self.halves = halves
+
+    def extra_repr(self) -> str:
+        return f"in_features={self.in_features}, out_features={self.out_features}, types={'+'.join(self.types)}"
+
+    def _part(self, x: torch.Tensor, i: int, bias: torch.Tensor | None) -> torch.Tensor:
+        blocks, type_name = self.blocks[i], self.types[i]
+        if kernel_runs(x, type_name):
+            return quant_kernels.linear_quant(x, blocks, type_name, bias, blocks.shape[0])
+        return reference_linear(x, blocks, type_name, bias)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        lead = x.shape[:-1]
+        x = x.reshape(-1, x.shape[-1])
+        if x.stride(-1) != 1:
+            x = x.contiguous()
+        if len(self.types) == 1:
+            out = self._part(x, 0, self.bias)
+        else:
+            biases = self.bias.split(self.splits) if self.bias is not None else (None,) * len(self.types)
+            out = torch.cat([self._part(x, i, b) for i, b in enumerate(biases)], dim=1)
+        return out.reshape(*lead, self.out_features)
+
+    def silu_mul(self, x: torch.Tensor) -> torch.Tensor | None:
+        """silu(gate) * up of this [gate | up] projection in one kernel, or None where it has none."""
+        if not self.halves or x.dim() != 2 or len(self.types) != 1 or not kernel_runs(x, self.types[0]):
+            return None
+        return quant_kernels.linear_quant(x, self.blocks[0], self.types[0], self.bias, self.out_features,
+                                          epilogue="silu_mul")
+
+
+class QuantEmbedding(nn.Module):
+    """An embedding table held as blocks: a lookup dequantizes only the rows it reads. A tied lm_head
+    (QuantLinear) holds the same Parameter: one copy of the blocks."""
+
+    def __init__(self, blocks: nn.Parameter, type_name: str, embedding_dim: int, dtype: torch.dtype) -> None:
+        super().__init__()
+        self.blocks = blocks
+        self.type_name = type_name
+        self.embedding_dim = embedding_dim
+        self.dtype = dtype
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        rows = dequantize(self.blocks.index_select(0, ids.reshape(-1)), self.type_name)
+        return rows.to(self.dtype).reshape(*ids.shape, self.embedding_dim)
+
+
+# The C++ decoder layer (decoder_layers_bf16): which linears it can take, and what to pass for each.
+
+def fused_linear(linear: nn.Module) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+    """(what decoder_layers_bf16 reads for this linear, its bias): a PackedLinear's bf16 pack, or a
+    QuantLinear's one block matrix."""
+    if isinstance(linear, QuantLinear):  # the kernel's pack of the blocks, kept with the fused stack
+        return quant_kernels.pack(linear.blocks[0], linear.types[0]), linear.bias
+    return linear.bf16_pack(), linear.bias
+
+
+def weight_slots(module: nn.Module) -> list[tuple[dict, str]]:
+    """Where each of a module's parameters (its sub-modules' too) is registered: what a cache of weights
+    built from it checks for a replaced parameter."""
+    return [(owner._parameters, name) for owner in module.modules()
+            for name, p in owner._parameters.items() if p is not None]
+
+
+def _linear_type(linear: nn.Module) -> int | None:
+    if not isinstance(linear, QuantLinear):
+        return -1
+    return ggml_id(linear.types[0]) if len(linear.types) == 1 else None
+
+
+def linear_types(model: nn.Module) -> list[int] | None:
+    """Four a layer (qkv, o, gate_up, down): -1 for a dense (bf16-packed) linear, else the GGML type id of
+    its one block matrix; None when some linear is several parts (those layers run op by op). Kept until
+    a parameter is registered anywhere (a module replaced)."""
+    cached = model.__dict__.get("_linear_types")
+    if cached is not None and cached[0] == parameter_registrations():
+        return cached[1]
+    types = []
+    for layer in model.model.layers:
+        for linear in (layer.self_attn.qkv_proj, layer.self_attn.o_proj, layer.mlp.gate_up_proj, layer.mlp.down_proj):
+            types.append(_linear_type(linear))
+    result = None if None in types else types
+    model.__dict__["_linear_types"] = (parameter_registrations(), result)
+    return result
+
+
+def layers_fuse(model: nn.Module) -> bool:
+    """Whether decoder_layers_bf16 can run this model's layers as they hold their linears: every one a bf16
+    pack, or a block matrix of a type the kernels compute."""
+    types = linear_types(model)
+    if types is None:
+        return False
+    quantized = {t for t in types if t >= 0}
+    if not quantized:
+        return True
+    return all(quant_kernels.usable(gguf.GGMLQuantizationType(t).name) for t in quantized)
+
+
+def fused_layer_options(model: nn.Module) -> dict:
+    """decoder_layers_bf16's keyword for a model with block matrices (none for an all-bf16 one)."""
+    types = linear_types(model)
+    return {"linear_types": types} if types and max(types) >= 0 else {}

@@ -1,0 +1,294 @@
+// y = x W^T + b with W a GGUF-quantized matrix in the file's own layout (quant_blocks.h), x bf16. A decode
+// step streams the blocks (4.5-8.5 bits a weight) instead of a bf16 copy (16): on SmolLM2's Q4_1 file,
+// ~96 MB a step instead of ~270.
+//
+// The activations are quantized first, each row alone: per 32 features an int8 block xq, its scale
+// dx = max|x| / 127 and, for the types with an offset, the block's sum (quantize_row, quant_tiles.h). Then
+// every output element is  sum over sub-blocks of dx * scale * vpdpbusd(q, xq)  in fp32 lanes (on AVX-512
+// two sub-blocks a zmm, even ones in lanes 0-7, odd ones in 8-15), each lane in block order, plus the offset
+// correction (coef . corr), then the lanes summed in one fixed tree. A row's result depends only on its
+// own features and the weight, whatever rows share the call and however the columns are split between
+// threads: batch invariant, bitwise.
+//
+// Tiling (quant_tiles.h): TILE_COLS columns by up to TILE_ROWS rows (4 x 4 on AVX-512). A column's
+// sub-block is decoded from the file's bytes once per tile and held in registers while every row of the
+// tile takes its dot with it: a 1-row decode reads each weight once, and a prompt chunk decodes each
+// column's blocks once per 4 rows, finding them in L1 after the first row tile. A column is one row of
+// the file's matrix, a short stream the hardware prefetcher does not follow: each tile prefetches the
+// tile PREFETCH_TILES ahead (that took the 30 MB Q8_0 lm_head at one row from 2 to 20-27 GB/s).
+
+#include "linear_quant_cpu.h"
+
+#include <ATen/Parallel.h>
+#include <ATen/core/Tensor.h>
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include "cpu_vec.h"
+#include "ops_cpu.h"
+#include "quant_blocks.h"
+#include "quant_repack.h"
+#include "quant_tiles.h"
+
+namespace batchtop_cpu {
+
+#if defined(BATCHTOP_QUANT)
+namespace {
+
+using bf16 = c10::BFloat16;
+using namespace quant;
+
+// Where a GEMM output element goes: out (kStore, kAddInto) or the bf16 gate_up rows kSiluMul finishes.
+struct Sink {
+  const QuantLinearArgs& a;
+  bf16* gate_up;  // (rows, n), kSiluMul only
+  void operator()(int64_t r, int64_t n, float y) const {
+    if (a.bias) y += to_float(a.bias[n]);
+    if (a.epilogue == Epilogue::kSiluMul) {
+      gate_up[r * a.n + n] = bf16(y);
+    } else if (a.epilogue == Epilogue::kAddInto) {  // out = dtype(out + dtype(x W^T + b)), as the torch ops
+      bf16& o = a.out[r * a.out_stride + n];
+      o = bf16(to_float(o) + round_to<bf16>(y));
+    } else {
+      a.out[r * a.out_stride + n] = bf16(y);
+    }
+  }
+};
+
+template <class Q>
+void run_columns(const QuantLinearArgs& a, const Acts& acts, const Sink& sink) {
+  const int64_t row_bytes = a.k / Q::SUPER * Q::BYTES, tiles = (a.n + TILE_COLS - 1) / TILE_COLS;
+  const int64_t coef_stride = acts.corr_stride;
+  at::parallel_for(0, tiles, 1, [&](int64_t begin, int64_t end) {
+    std::vector<float> coef(TILE_COLS * coef_stride, 0.f);  // the padding past the groups stays 0
+    float y[TILE_ROWS][TILE_COLS];
+    for (int64_t t = begin; t < end; ++t) {
+      const int64_t n0 = t * TILE_COLS, cols = std::min<int64_t>(TILE_COLS, a.n - n0);
+      const uint8_t* col[TILE_COLS];  // a last, partial tile repeats its last column and drops the copies
+      for (int c = 0; c < TILE_COLS; ++c) col[c] = a.blocks + std::min(n0 + c, a.n - 1) * row_bytes;
+      // the tile PREFETCH_TILES ahead, spread over this one's steps, by its first row tile
+      const int64_t ahead = n0 + PREFETCH_TILES * TILE_COLS;
+      const int64_t ahead_lines = ahead < a.n ? (std::min<int64_t>(TILE_COLS, a.n - ahead) * row_bytes + 63) / 64 : 0;
+      const int64_t steps = (acts.blocks + STEP_BLOCKS - 1) / STEP_BLOCKS;
+      for (int64_t r0 = 0; r0 < a.rows; r0 += TILE_ROWS) {
+        const int rows = static_cast<int>(std::min<int64_t>(TILE_ROWS, a.rows - r0));
+        const Prefetch pf{r0 == 0 && ahead_lines ? reinterpret_cast<const char*>(a.blocks + ahead * row_bytes) : nullptr,
+                          (ahead_lines + steps - 1) / steps};
+        TILES<Q>[rows](acts, r0, col, coef.data(), coef_stride, pf, y);
+        for (int r = 0; r < rows; ++r)
+          for (int c = 0; c < cols; ++c) sink(r0 + r, n0 + c, y[r][c]);
+      }
+    }
+  });
+}
+
+// fused_ops_cpu.cpp's silu_and_mul on one bf16 row, the same operations in the same order, so that the
+// kSiluMul epilogue is bitwise a store GEMM followed by that op.
+void silu_mul_row(bf16* o, const bf16* g, const bf16* u, int64_t n) {
+  int64_t i = 0;
+#if defined(__AVX512F__)
+  const __m512 one = _mm512_set1_ps(1.f);
+  for (; i + 16 <= n; i += 16) {
+    const __m512 x = load16(g + i);
+    const __m512 act = round16<bf16>(_mm512_div_ps(x, _mm512_add_ps(one, exp16(_mm512_sub_ps(_mm512_setzero_ps(), x)))));
+    store16(o + i, _mm512_mul_ps(act, load16(u + i)));
+  }
+#elif defined(BATCHTOP_AVX2)
+  const __m256 one = _mm256_set1_ps(1.f);
+  for (; i + 8 <= n; i += 8) {
+    const __m256 x = load8(g + i);
+    const __m256 act = round8<bf16>(_mm256_div_ps(x, _mm256_add_ps(one, exp8(_mm256_sub_ps(_mm256_setzero_ps(), x)))));
+    store8(o + i, _mm256_mul_ps(act, load8(u + i)));
+  }
+#endif
+  for (; i < n; ++i) {
+    const float x = to_float(g[i]);
+    store(o + i, round_to<bf16>(x / (1.f + std::exp(-x))) * to_float(u[i]));
+  }
+}
+
+// kSiluMul's second half: out = silu(gate) * up from the gate_up rows the GEMM stored
+void finish_silu_mul(const QuantLinearArgs& a, const bf16* gate_up) {
+  if (a.epilogue != Epilogue::kSiluMul) return;
+  const int64_t half = a.n / 2;
+  at::parallel_for(0, a.rows, std::max<int64_t>(1, 4096 / half), [&](int64_t begin, int64_t end) {
+    for (int64_t r = begin; r < end; ++r)
+      silu_mul_row(a.out + r * a.out_stride, gate_up + r * a.n, gate_up + r * a.n + half, half);
+  });
+}
+
+template <class Q>
+void run_type(const QuantLinearArgs& a) {
+  const int64_t blocks = a.k / 32, corr_stride = pad16(a.k / Q::GROUP), pairs = (blocks + 1) / 2;
+  // kept between calls: a prompt chunk's activations run to megabytes, which malloc would map and unmap
+  thread_local std::vector<int8_t> q_store;
+  thread_local std::vector<float> dx_store, corr_store;
+  thread_local std::vector<bf16> gate_up_store;
+  q_store.resize(a.rows * a.k);
+  dx_store.resize(a.rows * blocks);
+  corr_store.assign(a.rows * corr_stride, 0.f);
+  // plain pointers for the workers: a thread_local named inside the lambdas would be each worker's own
+  int8_t* q = q_store.data();
+  float* dx = dx_store.data();
+  float* corr = corr_store.data();
+  at::parallel_for(0, a.rows, std::max<int64_t>(1, 4096 / a.k), [&](int64_t begin, int64_t end) {
+    for (int64_t r = begin; r < end; ++r)
+      quantize_row<Q::GROUP>(a.x + r * a.x_stride, a.k, Q::OFFSET, q + r * a.k, dx + r * blocks, corr + r * corr_stride);
+  });
+  thread_local std::vector<float> lanes_store;
+  lanes_store.assign(STEP_BLOCKS == 2 ? a.rows * pairs * 16 : 0, 0.f);
+  float* lanes = lanes_store.data();
+  if (STEP_BLOCKS == 2)
+    for (int64_t r = 0; r < a.rows; ++r)
+      for (int64_t b = 0; b < blocks; ++b) std::fill_n(lanes + (r * pairs + b / 2) * 16 + (b % 2) * 8, 8, dx[r * blocks + b]);
+  const Acts acts{q, dx, lanes, corr, a.k, blocks, pairs, corr_stride};
+  if (a.epilogue == Epilogue::kSiluMul) gate_up_store.resize(a.rows * a.n);
+  bf16* gate_up = gate_up_store.data();
+  run_columns<Q>(a, acts, Sink{a, gate_up});
+  finish_silu_mul(a, gate_up);
+}
+
+#if defined(BATCHTOP_QUANT_VNNI)
+// Q4_0, Q4_1, Q8_0 from pack_linear_quant's 16-column groups (quant_repack.h), a.blocks the first group.
+template <int64_t QT>
+void run_repacked(const QuantLinearArgs& a) {
+  const int64_t blocks = a.k / 32, groups = (a.n + GROUP_COLS - 1) / GROUP_COLS;
+  const int64_t group_bytes = blocks * RepackFormat<QT>::BYTES;
+  constexpr int32_t offset = QT == 2 ? -8 : QT == 8 ? -128 : 0;
+  thread_local std::vector<int8_t> q_store;
+  thread_local std::vector<float> dx_store, xsum_store;
+  thread_local std::vector<int32_t> ioff_store;
+  thread_local std::vector<bf16> gate_up_store;
+  q_store.resize(a.rows * a.k);
+  dx_store.resize(a.rows * blocks);
+  xsum_store.resize(a.rows * blocks);
+  ioff_store.resize(a.rows * blocks);
+  int8_t* q = q_store.data();
+  float *dx = dx_store.data(), *xsum = xsum_store.data();
+  int32_t* ioff = ioff_store.data();
+  at::parallel_for(0, a.rows, std::max<int64_t>(1, 4096 / a.k), [&](int64_t begin, int64_t end) {
+    for (int64_t r = begin; r < end; ++r) {
+      quantize_row<32>(a.x + r * a.x_stride, a.k, 0.f, q + r * a.k, dx + r * blocks, nullptr);
+      for (int64_t b = 0; b < blocks; ++b) {
+        const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q + r * a.k + 32 * b));
+        const __m256i sums = _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_set1_epi8(1), v), _mm256_set1_epi16(1));
+        const float s = int_sum8(sums);  // |sum| <= 32 * 127: exact
+        ioff[r * blocks + b] = offset * static_cast<int32_t>(s);
+        xsum[r * blocks + b] = dx[r * blocks + b] * s;
+      }
+    }
+  });
+  const RepackActs acts{q, dx, ioff, xsum, a.k, blocks};
+  if (a.epilogue == Epilogue::kSiluMul) gate_up_store.resize(a.rows * a.n);
+  bf16* gate_up = gate_up_store.data();
+  const Sink sink{a, gate_up};
+  at::parallel_for(0, groups, 1, [&](int64_t begin, int64_t end) {
+    __m512 y[REPACK_ROWS];
+    alignas(64) float lanes[GROUP_COLS];
+    for (int64_t g = begin; g < end; ++g) {
+      const int64_t n0 = g * GROUP_COLS, cols = std::min<int64_t>(GROUP_COLS, a.n - n0);
+      for (int64_t r0 = 0; r0 < a.rows; r0 += REPACK_ROWS) {
+        const int rows = static_cast<int>(std::min<int64_t>(REPACK_ROWS, a.rows - r0));
+        REPACK_TILES<QT>[rows](acts, r0, a.blocks + g * group_bytes, y);
+        for (int r = 0; r < rows; ++r) {
+          _mm512_store_ps(lanes, y[r]);
+          for (int c = 0; c < cols; ++c) sink(r0 + r, n0 + c, lanes[c]);
+        }
+      }
+    }
+  });
+  finish_silu_mul(a, gate_up);
+}
+#endif
+
+}  // namespace
+#endif
+
+int64_t quant_row_bytes(int64_t qtype, int64_t k) {
+  int64_t super = 0, bytes = 0;
+  switch (qtype) {
+    case 2: super = 32, bytes = 18; break;
+    case 3: super = 32, bytes = 20; break;
+    case 8: super = 32, bytes = 34; break;
+    case 12: super = 256, bytes = 144; break;
+    case 14: super = 256, bytes = 210; break;
+    default: return -1;
+  }
+  return k > 0 && k % super == 0 ? k / super * bytes : -1;
+}
+
+bool linear_quant_supported(int64_t qtype) {
+#if defined(BATCHTOP_QUANT)
+  return quant_row_bytes(qtype, 256) > 0;
+#else
+  return false;
+#endif
+}
+
+void linear_quant_run(const QuantLinearArgs& a) {
+  TORCH_CHECK(linear_quant_supported(a.qtype), "linear_quant: ggml type ", a.qtype,
+              " is not one of Q4_0 (2), Q4_1 (3), Q8_0 (8), Q4_K (12), Q6_K (14), or this CPU lacks AVX2, FMA and F16C");
+  if (a.rows == 0 || a.n == 0) return;
+#if defined(BATCHTOP_QUANT)
+  switch (a.qtype) {
+#if defined(BATCHTOP_QUANT_VNNI)
+    case Q4_0::ID: return run_repacked<Q4_0::ID>(a);
+    case Q4_1::ID: return run_repacked<Q4_1::ID>(a);
+    case Q8_0::ID: return run_repacked<Q8_0::ID>(a);
+#else
+    case Q4_0::ID: return run_type<Q4_0>(a);
+    case Q4_1::ID: return run_type<Q4_1>(a);
+    case Q8_0::ID: return run_type<Q8_0>(a);
+#endif
+    case Q4_K::ID: return run_type<Q4_K>(a);
+    case Q6_K::ID: return run_type<Q6_K>(a);
+  }
+#endif
+}
+
+// out (rows, N) = x (rows, K) W^T + bias, W the (N, row_bytes) uint8 block matrix of ggml type qtype, or its
+// pack_linear_quant pack where quant_repacked(qtype);
+// epilogue 1: out (rows, N / 2) = silu(gate) * up with W's rows [gate; up]; epilogue 2: out += x W^T + bias.
+void linear_quant(at::Tensor& out, const at::Tensor& x, const at::Tensor& blocks, int64_t qtype,
+                  const c10::optional<at::Tensor>& bias, int64_t epilogue) {
+  TORCH_CHECK(linear_quant_supported(qtype), "linear_quant: qtype ", qtype,
+              " is not supported here (Q4_0 = 2, Q4_1 = 3, Q8_0 = 8, Q4_K = 12, Q6_K = 14; AVX2, FMA and F16C needed)");
+  TORCH_CHECK(x.dim() == 2 && x.scalar_type() == at::kBFloat16 && x.stride(1) == 1 && x.device().is_cpu(),
+              "linear_quant: x must be a 2-D bfloat16 CPU tensor with unit column stride, got ", x.sizes(), " ",
+              x.scalar_type());
+  const int64_t rows = x.size(0), k = x.size(1), row_bytes = quant_row_bytes(qtype, k);
+  TORCH_CHECK(row_bytes > 0, "linear_quant: x has ", k, " features, not a whole number of ggml type ", qtype,
+              "'s blocks");
+  int64_t n = 0;
+  const uint8_t* weight = nullptr;
+  if (quant_repacked(qtype)) {
+    weight = repacked_groups(blocks, qtype, k, &n, "linear_quant");
+  } else {
+    TORCH_CHECK(blocks.dim() == 2 && blocks.scalar_type() == at::kByte && blocks.is_contiguous() &&
+                    blocks.size(1) == row_bytes && blocks.device().is_cpu(),
+                "linear_quant: blocks must be a contiguous (N, ", row_bytes, ") uint8 CPU tensor for ", k,
+                " features of ggml type ", qtype, ", got ", blocks.sizes(), " ", blocks.scalar_type());
+    n = blocks.size(0), weight = blocks.data_ptr<uint8_t>();
+  }
+  TORCH_CHECK(epilogue >= 0 && epilogue <= 2, "linear_quant: epilogue must be 0 (store), 1 (silu_mul) or 2 (add_into)");
+  const auto ep = static_cast<Epilogue>(epilogue);
+  const int64_t out_cols = ep == Epilogue::kSiluMul ? n / 2 : n;
+  TORCH_CHECK(ep != Epilogue::kSiluMul || n % 2 == 0, "linear_quant: silu_mul needs an even number of weight rows");
+  TORCH_CHECK(out.dim() == 2 && out.size(0) == rows && out.size(1) == out_cols && out.stride(1) == 1 &&
+                  out.scalar_type() == at::kBFloat16 && out.device().is_cpu(),
+              "linear_quant: out must be (", rows, ", ", out_cols, ") bfloat16 with unit column stride, got ",
+              out.sizes(), " ", out.scalar_type());
+  const c10::BFloat16* b = nullptr;
+  if (bias && bias->defined()) {
+    TORCH_CHECK(bias->dim() == 1 && bias->size(0) == n && bias->is_contiguous() &&
+                    bias->scalar_type() == at::kBFloat16,
+                "linear_quant: bias must be a contiguous (", n, ",) bfloat16 tensor");
+    b = bias->data_ptr<c10::BFloat16>();
+  }
+  linear_quant_run(QuantLinearArgs{x.data_ptr<c10::BFloat16>(), x.stride(0), rows, weight, k, n,
+                                   qtype, b, out.data_ptr<c10::BFloat16>(), out.stride(0), ep});
+}
+
+}  // namespace batchtop_cpu

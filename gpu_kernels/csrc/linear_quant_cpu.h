@@ -1,0 +1,36 @@
+// Linear layers on GGUF-quantized weights (linear_quant_cpu.cpp) as a C++ call, for the kernels that run a
+// whole decoder layer. The weight stays in the file's layout (row n of `blocks` is output feature n's
+// K / block_size blocks, row_bytes apart) or, for Q4_0, Q4_1 and Q8_0 on AVX-512 VNNI, is its 16-column
+// repack (quant_repack.h).
+#pragma once
+
+#include <c10/util/BFloat16.h>
+
+#include <cstdint>
+
+#include "linear_bf16_cpu.h"  // Epilogue
+
+namespace batchtop_cpu {
+
+struct QuantLinearArgs {
+  const c10::BFloat16* x;  // (rows, k), rows x_stride apart
+  int64_t x_stride, rows;
+  const uint8_t* blocks;  // (n, row_bytes) in the GGUF layout of qtype; where quant_repacked(qtype), the
+                          // first 16-column group of its pack_linear_quant pack (quant_repack.h)
+  int64_t k, n;           // n: the weight's rows (kSiluMul: gate rows then up rows, n / 2 of each)
+  int64_t qtype;          // the ggml type id: 2 Q4_0, 3 Q4_1, 8 Q8_0, 12 Q4_K, 14 Q6_K
+  const c10::BFloat16* bias;  // (n,) or null
+  c10::BFloat16* out;         // rows out_stride apart: n columns, or n / 2 for kSiluMul
+  int64_t out_stride;
+  Epilogue epilogue;
+};
+
+// A row's bytes for k weights of qtype: -1 when the type is not one of the five or k is not a whole
+// number of its blocks.
+int64_t quant_row_bytes(int64_t qtype, int64_t k);
+
+// Splits the output columns across torch's intra-op threads. Each row's result is independent of the
+// other rows (its activations are quantized alone, its sums taken in one fixed order).
+void linear_quant_run(const QuantLinearArgs& args);
+
+}  // namespace batchtop_cpu
