@@ -15,6 +15,7 @@ import argparse
 import statistics
 
 from batchtop.core_engine.engine.engine import Engine
+from batchtop.core_engine.model.weight_bytes import weights_text
 from batchtop.core_engine.run.resolve import resolve_config
 from batchtop.core_engine.perf.decode_sweep import decode_steps
 
@@ -26,13 +27,16 @@ def main() -> None:
     ap.add_argument("--model", default="auto")
     ap.add_argument("--batches", default="1,2,4,8,16,24,32,48,64")
     ap.add_argument("--context", type=int, default=128, help="tokens of context per sequence")
+    ap.add_argument("--weights", default="auto", choices=("auto", "quantized", "dequantized"),
+                    help="a GGUF model's weights (batchtop --weights)")
     args = ap.parse_args()
     batches = [int(b) for b in args.batches.split(",")]
-    config = resolve_config(model=args.model, max_num_seqs=max(batches),
+    config = resolve_config(model=args.model, weights=args.weights, max_num_seqs=max(batches),
                             max_num_batched_tokens=max(batches) * args.context, num_kv_blocks=8192)
     runner = None
-    print(f"model {config.model.name} ({config.model.num_params() / 1e6:.0f}M params, {config.dtype}) on "
-          f"{config.device}; context {args.context} tokens")
+    weights = weights_text(config.model, config.dtype)
+    print(f"model {config.model.name} ({config.model.num_params() / 1e6:.0f}M params, {weights}) on {config.device}; "
+          f"context {args.context} tokens")
     print(f"{'batch':>5} {'step ms':>8} {'tok/s':>8} {'x batch-1 time':>15} {'overhead %':>11}")
     base = None
     last = []

@@ -92,8 +92,9 @@ def pack(blocks: torch.Tensor, qtype_name: str) -> torch.Tensor:
 
 
 def linear_quant(x: torch.Tensor, blocks: torch.Tensor, qtype_name: str, bias: torch.Tensor | None,
-                 out_features: int, epilogue: str = "store", out: torch.Tensor | None = None) -> torch.Tensor:
-    """x (rows, K) bf16 times the block matrix's W^T (+ bias) in bf16.
+                 out_features: int, epilogue: str = "store", out: torch.Tensor | None = None,
+                 packed: bool = False) -> torch.Tensor:
+    """x (rows, K) bf16 times the block matrix's W^T (+ bias) in bf16; packed: `blocks` is pack()'s result.
 
     epilogue "store": returns (rows, out_features); "silu_mul": W's rows are [gate; up] and the result is
     silu(gate) * up, (rows, out_features // 2); "add_into": `out` += x W^T + bias in place (out required).
@@ -101,7 +102,7 @@ def linear_quant(x: torch.Tensor, blocks: torch.Tensor, qtype_name: str, bias: t
     qtype = quant_type(qtype_name)
     if epilogue not in EPILOGUES:
         raise ValueError(f"unknown epilogue {epilogue!r}: one of {', '.join(EPILOGUES)}")
-    if blocks.dim() != 2 or blocks.shape[0] != out_features:
+    if not packed and (blocks.dim() != 2 or blocks.shape[0] != out_features):
         raise ValueError(f"linear_quant: blocks {tuple(blocks.shape)} do not hold {out_features} output features")
     if x.dim() == 2 and x.stride(-1) != 1:
         x = x.contiguous()
@@ -110,5 +111,6 @@ def linear_quant(x: torch.Tensor, blocks: torch.Tensor, qtype_name: str, bias: t
             raise ValueError("linear_quant: epilogue 'add_into' adds into `out`: pass it")
         cols = out_features // 2 if epilogue == "silu_mul" else out_features
         out = torch.empty((x.shape[0], cols), dtype=torch.bfloat16)
-    torch.ops.batchtop_cpu.linear_quant(out, x, pack(blocks, qtype_name), qtype.ggml_id, bias, EPILOGUES[epilogue])
+    weights = blocks if packed else pack(blocks, qtype_name)
+    torch.ops.batchtop_cpu.linear_quant(out, x, weights, qtype.ggml_id, bias, EPILOGUES[epilogue])
     return out

@@ -39,6 +39,14 @@ def kernel_runs(x: torch.Tensor, type_name: str) -> bool:
     return x.device.type == "cpu" and x.dtype == torch.bfloat16 and quant_kernels.usable(type_name)
 
 
+def kernels_coming() -> bool:
+    """Whether the C++ kernels are being built in the background (a first session): they will run the
+    blocks within a minute, and until then each linear keeps its dense weight rather than dequantizing
+    it every step (~0.2 s a SmolLM2 step: a first session would look hung)."""
+    state = cpu_kernels.background_state()
+    return state is not None and state.phase != "failed" and not cpu_kernels.active()
+
+
 def reference_linear(x: torch.Tensor, blocks: torch.Tensor, type_name: str, bias: torch.Tensor | None) -> torch.Tensor:
     """x (rows, K) @ dequantize(blocks)^T + bias in x's dtype, the weight dequantized a chunk of rows at a time."""
     n, k = blocks.shape[0], x.shape[1]
@@ -60,8 +68,13 @@ class QuantLinear(nn.Module):
     def __init__(self, in_features: int, parts: list[tuple[str, torch.Tensor]], bias: torch.Tensor | None = None,
                  halves: bool = False) -> None:
         """parts: (GGML type name, uint8 (rows, row_bytes) blocks or a Parameter holding them), in output
-        order; halves: the output is [gate | up] (silu_mul)."""
+        order; halves: the output is [gate | up] (silu_mul). Blocks given as a tensor become this layer's
+        own: where the kernels read a repack of them (gpu_kernels.quant_kernels.pack), the repack takes
+        their place, so one copy is held. A Parameter given is shared (a tied embedding reads it too) and
+        kept as it is, its repack beside it."""
         super().__init__()
+        self.owned = tuple(not isinstance(b, nn.Parameter) for _, b in parts)
+        self.repacked = [False] * len(parts)  # blocks[i] holds the kernels' repack, not the file's blocks
         self.in_features = in_features
         self.types = tuple(t for t, _ in parts)
         self.splits = tuple(b.shape[0] for _, b in parts)
@@ -75,10 +88,35 @@ class QuantLinear(nn.Module):
         return f"in_features={self.in_features}, out_features={self.out_features}, types={'+'.join(self.types)}"
 
     def _part(self, x: torch.Tensor, i: int, bias: torch.Tensor | None) -> torch.Tensor:
-        blocks, type_name = self.blocks[i], self.types[i]
+        type_name = self.types[i]
         if kernel_runs(x, type_name):
-            return quant_kernels.linear_quant(x, blocks, type_name, bias, blocks.shape[0])
-        return reference_linear(x, blocks, type_name, bias)
+            self.__dict__.pop("_interim", None)
+            return quant_kernels.linear_quant(x, self.kernel_blocks(i), type_name, bias, self.splits[i], packed=True)
+        if self.repacked[i]:  # the kernels, once in, stay in: only a test that turns them off gets here
+            raise RuntimeError(f"{type_name} blocks were repacked for batchtop's kernels, which no longer run them")
+        if x.device.type == "cpu" and kernels_coming():
+            return F.linear(x, self._interim_weight(i, x.dtype), bias)
+        return reference_linear(x, self.blocks[i], type_name, bias)
+
+    def kernel_blocks(self, i: int) -> torch.Tensor:
+        """What the kernels read for part i: its repack, which replaces the file's blocks where they are this
+        layer's own (a weight held once), or the blocks themselves for a type without one."""
+        if self.repacked[i]:
+            return self.blocks[i]
+        blocks = self.blocks[i]
+        packed = quant_kernels.pack(blocks, self.types[i])
+        if packed is not blocks and self.owned[i]:
+            self.blocks[i] = nn.Parameter(packed, requires_grad=False)
+            self.repacked[i] = True
+        return packed
+
+    def _interim_weight(self, i: int, dtype: torch.dtype) -> torch.Tensor:
+        """Part i dequantized to `dtype`, held only while the kernels are being built (dropped as they come
+        in): the first session's steps cost what a dequantized run's do, not a dequantization each."""
+        interim = self.__dict__.setdefault("_interim", {})
+        if (i, dtype) not in interim:
+            interim[(i, dtype)] = dequantize(self.blocks[i], self.types[i]).to(dtype)
+        return interim[(i, dtype)]
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         lead = x.shape[:-1]
@@ -96,8 +134,8 @@ class QuantLinear(nn.Module):
         """silu(gate) * up of this [gate | up] projection in one kernel, or None where it has none."""
         if not self.halves or x.dim() != 2 or len(self.types) != 1 or not kernel_runs(x, self.types[0]):
             return None
-        return quant_kernels.linear_quant(x, self.blocks[0], self.types[0], self.bias, self.out_features,
-                                          epilogue="silu_mul")
+        return quant_kernels.linear_quant(x, self.kernel_blocks(0), self.types[0], self.bias, self.out_features,
+                                          epilogue="silu_mul", packed=True)
 
 
 class QuantEmbedding(nn.Module):
@@ -121,8 +159,8 @@ class QuantEmbedding(nn.Module):
 def fused_linear(linear: nn.Module) -> tuple[torch.Tensor | None, torch.Tensor | None]:
     """(what decoder_layers_bf16 reads for this linear, its bias): a PackedLinear's bf16 pack, or a
     QuantLinear's one block matrix."""
-    if isinstance(linear, QuantLinear):  # the kernel's pack of the blocks, kept with the fused stack
-        return quant_kernels.pack(linear.blocks[0], linear.types[0]), linear.bias
+    if isinstance(linear, QuantLinear):
+        return linear.kernel_blocks(0), linear.bias
     return linear.bf16_pack(), linear.bias
 
 

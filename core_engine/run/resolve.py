@@ -14,6 +14,7 @@ import torch
 from batchtop.core_engine.config import MAX_NUM_SEQS_LIMIT, PRESETS, EngineConfig, ModelConfig
 from batchtop.core_engine.device import DTYPES, resolve_device, resolve_dtype
 from batchtop.core_engine.errors import ConfigError
+from batchtop.core_engine.sched.policies import DEFAULT_MODE
 from batchtop.core_engine.text_files import input_problem
 from batchtop.core_engine.model.checkpoint import available_memory, check_checkpoint, check_fits
 from batchtop.core_engine.model.gguf_quant_weights import with_weights
@@ -129,7 +130,7 @@ def resolve_model(model: str, default: str) -> ModelConfig:
 
 
 def resolve_config(*, model: str = "auto", device: str = "auto", dtype: str = "auto",
-                   weights: str = "auto", mode: str = "continuous", max_num_seqs: int | None = None,
+                   weights: str = "auto", mode: str = DEFAULT_MODE, max_num_seqs: int | None = None,
                    max_num_batched_tokens: int | None = None, block_size: int = 16,
                    num_kv_blocks: int | None = None, gpu_memory_utilization: float = 0.9,
                    seed: int = 0, simulate: SimulatedDevice | None = None) -> EngineConfig:

@@ -78,13 +78,52 @@ def test_silu_mul_runs_only_as_the_kernels_epilogue(monkeypatch):
 def test_the_kernel_agrees_with_the_reference_within_its_activation_rounding(type_name, monkeypatch):
     if not quant_linear.quant_kernels.usable(type_name):
         pytest.skip(f"the kernels do not run {type_name} here")
-    layer = QuantLinear(K, [(type_name, blocks(type_name, 64))], torch.randn(64, dtype=torch.bfloat16), halves=True)
+    b, bias = blocks(type_name, 64), torch.randn(64, dtype=torch.bfloat16)
     x = torch.randn(3, K, dtype=torch.bfloat16)
+    slow = quant_linear.reference_linear(x, b, type_name, bias)
+    layer = QuantLinear(K, [(type_name, b)], bias, halves=True)
     fast, fused = layer(x), layer.silu_mul(x)
-    monkeypatch.setattr(quant_linear.quant_kernels, "usable", lambda type_name: False)
-    slow = layer(x)
     # the kernel rounds each activation row to int8 blocks of 32 (llama.cpp's way): ~0.5% of the largest output
     assert (fast.float() - slow.float()).abs().max() <= 0.02 * slow.float().abs().max()
     gate, up = slow.float().chunk(2, dim=-1)
     want = F.silu(gate) * up
     assert (fused.float() - want).abs().max() <= 0.03 * want.abs().max()
+
+
+def test_while_the_kernels_build_a_linear_keeps_its_dense_weight_then_drops_it(monkeypatch):
+    """A first session: the kernels build in the background for under a minute. Dequantizing every weight
+    every step would cost ~0.2 s a SmolLM2 step; each layer dequantizes once instead, and lets the copy go
+    when the kernels come in."""
+    runs = {"kernel": False}
+    monkeypatch.setattr(quant_linear, "kernels_coming", lambda: not runs["kernel"])
+    monkeypatch.setattr(quant_linear, "kernel_runs", lambda x, type_name: runs["kernel"])
+    monkeypatch.setattr(quant_linear.quant_kernels, "linear_quant", lambda x, b, t, bias, n, packed: torch.zeros(x.shape[0], n))
+    monkeypatch.setattr(quant_linear.quant_kernels, "pack", lambda b, t: b)
+    calls = []
+    monkeypatch.setattr(quant_linear, "dequantize", lambda b, t: calls.append(t) or dequantize(b, t))
+    b = blocks("Q4_1", 32)
+    layer = QuantLinear(K, [("Q4_1", b)])
+    x = torch.randn(3, K)
+    want = F.linear(x, dequantize(b, "Q4_1"))
+    assert torch.equal(layer(x), want) and torch.equal(layer(x), want)
+    assert calls == ["Q4_1"]  # once, not once a forward
+    runs["kernel"] = True
+    assert torch.equal(layer(x), torch.zeros(3, 32))
+    assert "_interim" not in layer.__dict__  # the dense copy is gone with the kernels in
+
+
+def test_a_layer_holds_one_copy_of_its_weight_once_the_kernels_repack_it():
+    """Where the kernels read a 16-column repack (Q4_0, Q4_1, Q8_0 on AVX-512 VNNI), the repack replaces the
+    file's blocks in the layer; blocks shared with a tied embedding stay, beside their repack."""
+    if not quant_linear.quant_kernels.usable("Q4_1"):
+        pytest.skip("the kernels do not run Q4_1 here")
+    b = blocks("Q4_1", 64)
+    if quant_linear.quant_kernels.pack(b, "Q4_1") is b:
+        pytest.skip("no repack of Q4_1 on this CPU")
+    own, shared = QuantLinear(K, [("Q4_1", b.clone())]), torch.nn.Parameter(b.clone(), requires_grad=False)
+    tied = QuantLinear(K, [("Q4_1", shared)])
+    x = torch.randn(2, K, dtype=torch.bfloat16)
+    first = own(x)
+    assert own.repacked == [True] and own.blocks[0].shape != b.shape  # the file's blocks are gone
+    assert torch.equal(own(x), first) and torch.equal(tied(x), first)
+    assert tied.repacked == [False] and tied.blocks[0] is shared and torch.equal(shared, b)
