@@ -23,6 +23,7 @@ from batchtop.core_engine.errors import BadInput, ConfigError
 from batchtop.core_engine.model.hf_config import read_json
 from batchtop.core_engine.model.llama import LlamaForCausalLM
 from batchtop.core_engine.model.parameters import empty_model, hf_parameter_shapes, hf_parameters
+from batchtop.core_engine.model.weight_bytes import stored_weight_bytes, weights_text
 from batchtop.core_engine.proc_info import kib_field
 
 INDEX_FILE = "model.safetensors.index.json"
@@ -138,11 +139,11 @@ def available_memory(device: str) -> int | None:
 
 
 def check_fits(config: ModelConfig, dtype: str, device: str, option: str = "model") -> None:
-    need = config.num_params() * DTYPES[dtype].itemsize
+    need = stored_weight_bytes(config, DTYPES[dtype].itemsize)  # a quantized GGUF's blocks at their own bits
     have = available_memory(device)
     if have is not None and need > have:
         where = "GPU" if device == "cuda" else "machine"
-        raise ConfigError(option, f"{config.name}: the weights need {need / GIB:.2f} GiB in {dtype}, the {where} "
+        raise ConfigError(option, f"{config.name}: the weights need {need / GIB:.2f} GiB ({weights_text(config, dtype)}), the {where} "
                                   f"has {have / GIB:.2f} GiB available")
 
 

@@ -108,7 +108,7 @@ def test_missing_shard_named_by_the_index(model_dir):
 
 def test_a_model_that_cannot_fit_is_refused_with_both_numbers(model_dir, monkeypatch):
     monkeypatch.setattr(checkpoint, "available_memory", lambda device: 100_000)
-    assert_exit_2(headless(model_dir), "the weights need 0.00 GiB in float32", "has 0.00 GiB available")
+    assert_exit_2(headless(model_dir), "the weights need 0.00 GiB (float32)", "has 0.00 GiB available")
 
 
 def test_not_a_preset_nor_a_directory(tmp_path):

@@ -63,3 +63,15 @@ def test_how_the_weights_run_survives_the_metrics_and_trace_record():
                         weights="quantized", weight_bits=(4.8, 8.5, 6.5625))
     back = config_from_dict(tiny_config(model=model).as_dict()).model
     assert back == model and back.weight_bits == (4.8, 8.5, 6.5625)
+
+
+@needs_smollm2
+def test_a_machine_that_holds_the_blocks_but_not_the_dequantized_weights_runs_quantized(monkeypatch):
+    """The start-up memory check counts what the run will hold: 96 MB of blocks, not 270 MB of bf16."""
+    from batchtop.core_engine.errors import ConfigError
+    from batchtop.core_engine.model import checkpoint
+    config = read_gguf_config(SMOLLM2, "smollm2")
+    monkeypatch.setattr(checkpoint, "available_memory", lambda device: 150 * 10**6)
+    checkpoint.check_fits(with_weights(config, "quantized", "cpu", "bfloat16"), "bfloat16", "cpu")
+    with pytest.raises(ConfigError, match=r"the weights need 0.25 GiB \(Q4_1 dequantized to bfloat16\)"):
+        checkpoint.check_fits(with_weights(config, "dequantized", "cpu", "bfloat16"), "bfloat16", "cpu")
