@@ -6,7 +6,10 @@ kernel (linear_bf16) on the same weights dequantized, alternating in one process
 A "step" is every layer's q, k, v, o, gate, up and down GEMM (30 layers of Q4_1) and the Q8_0 token_embd
 as the lm_head, each over `rows` random activation rows. Per row count: the best round's step time of
 each kernel, the GB/s of weights it streamed (blocks for linear_quant, the bf16 packs for linear_bf16),
-GFLOP/s, and the quantized kernel's rate as a share of a torch copy's read bandwidth (measured first).
+GFLOP/s, and the quantized kernel's rate as a share of the machine's read rate: a 2-thread torch sum over
+256 MiB (reads only, as the GEMMs), timed in every round between the two kernels' steps. On a shared
+machine the read rate moves with the neighbours (28 to 60 GB/s within minutes here), so a share of the
+rate of the same rounds says more than GB/s next to a rate taken once.
 --library loads a kernel library built elsewhere (a development build) instead of batchtop's own.
 """
 
@@ -37,16 +40,20 @@ def step_matrices(path: Path) -> list[tuple[str, torch.Tensor, int, int]]:
     return out
 
 
-def copy_read_gbps(mib: int = 256, repeats: int = 7) -> float:
-    """A torch copy's rate, counted in bytes read (the quantized GEMMs' blocks are read, not written)."""
-    src = torch.ones(mib << 18, dtype=torch.float32)
-    dst = torch.empty_like(src)
-    best = float("inf")
-    for _ in range(repeats):
+class ReadRate:
+    """The best rate, over the rounds so far, at which a torch sum reads `mib` MiB (larger than the L3)."""
+
+    def __init__(self, mib: int = 256) -> None:
+        self.src = torch.ones(mib << 18, dtype=torch.float32)
+        self.best = float("inf")
+
+    def round(self) -> None:
         t = time.perf_counter()
-        dst.copy_(src)
-        best = min(best, time.perf_counter() - t)
-    return src.numel() * 4 / best / 1e9
+        self.src.sum()
+        self.best = min(self.best, time.perf_counter() - t)
+
+    def gbps(self) -> float:
+        return self.src.numel() * 4 / self.best / 1e9
 
 
 def main() -> None:
@@ -77,9 +84,8 @@ def main() -> None:
     block_bytes = sum(b.numel() for _, b, _, _ in mats)
     pack_bytes = sum(p.numel() * 2 for p in packs)
     macs = sum(n * k for _, _, n, k in mats)
-    copy = copy_read_gbps()
     print(f"{args.threads} thread(s); {len(mats)} GEMMs a step; blocks {block_bytes / 1e6:.1f} MB, bf16 packs "
-          f"{pack_bytes / 1e6:.1f} MB; torch copy reads {copy:.1f} GB/s")
+          f"{pack_bytes / 1e6:.1f} MB")
     for rows in (int(r) for r in args.rows.split(",")):
         xs = {k: torch.randn(rows, k).to(torch.bfloat16) for k in {m[3] for m in mats}}
         outs = [torch.empty(rows, n, dtype=torch.bfloat16) for _, _, n, _ in mats]
@@ -93,16 +99,18 @@ def main() -> None:
                 ops.linear_bf16(out, xs[k], p, None, 0, 0)
 
         best = {"quant": float("inf"), "bf16": float("inf")}
+        read = ReadRate()
         quant_step(), bf16_step()  # warm: thread pools, scratch buffers
         for _ in range(args.rounds):
             for name, step in (("quant", quant_step), ("bf16", bf16_step)):
                 t = time.perf_counter()
                 step()
                 best[name] = min(best[name], time.perf_counter() - t)
+                read.round()
         q, b = best["quant"], best["bf16"]
         flop = 2 * rows * macs
         print(f"rows {rows:3d}: linear_quant {q * 1e3:7.2f} ms {block_bytes / q / 1e9:5.1f} GB/s "
-              f"({block_bytes / q / 1e9 / copy:4.0%} of copy) {flop / q / 1e9:6.1f} GFLOP/s | "
+              f"({block_bytes / q / 1e9 / read.gbps():4.0%} of a read at {read.gbps():.1f}) {flop / q / 1e9:6.1f} GFLOP/s | "
               f"linear_bf16 {b * 1e3:7.2f} ms {pack_bytes / b / 1e9:5.1f} GB/s {flop / b / 1e9:6.1f} GFLOP/s | "
               f"quant/bf16 time {q / b:.2f}", flush=True)
 

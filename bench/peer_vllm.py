@@ -41,6 +41,8 @@ from batchtop.core_engine.config import EngineConfig, preset
 from batchtop.core_engine.engine.engine import Engine
 from batchtop.core_engine.sched.request import Request, SamplingParams
 from batchtop.core_engine.model.export import export_checkpoint
+from batchtop.core_engine.model.gguf_quant_weights import with_weights
+from batchtop.core_engine.model.sources import read_gguf_config
 from batchtop.core_engine.model.hf_config import read_model_config
 from batchtop.core_engine.perf.device_peaks import device_peaks
 from batchtop.core_engine.workload.spec import WorkloadSpec, load_workload
@@ -55,7 +57,10 @@ class BatchtopPeer:
     name = "batchtop"
 
     def __init__(self, checkpoint: Path, dtype: str, args: argparse.Namespace) -> None:
-        config = EngineConfig(model=read_model_config(checkpoint), device="cpu", dtype=dtype,
+        gguf = getattr(args, "batchtop_gguf", None)  # the file the checkpoint was exported from, run quantized
+        model = read_model_config(checkpoint) if gguf is None else \
+            with_weights(read_gguf_config(str(gguf), gguf.stem), "auto", "cpu", dtype)
+        config = EngineConfig(model=model, device="cpu", dtype=dtype,
                               max_num_seqs=args.max_num_seqs, max_num_batched_tokens=args.max_batched_tokens,
                               block_size=16, num_kv_blocks=args.num_kv_blocks, seed=args.seed,
                               enable_prefix_caching=getattr(args, "prefix_caching", False))  # as the vLLM worker
@@ -195,6 +200,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                                          "then this Python]")
     p.add_argument("--checkpoint", type=Path, help="a model directory [default: export --model to a temp dir]")
     p.add_argument("--model", default="cpu-demo", help="the preset to export when no --checkpoint is given")
+    p.add_argument("--batchtop-gguf", type=Path, help="batchtop runs this GGUF file (quantized where its kernels "
+                                                      "run) while vLLM runs --checkpoint, the same file exported")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--num-requests", type=int, default=32)
     p.add_argument("--prompt-mean", type=float, default=64.0, help="lognormal mean prompt length")

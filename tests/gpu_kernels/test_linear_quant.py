@@ -4,7 +4,6 @@ bias and the three epilogues; bad calls refused with the reason."""
 
 from __future__ import annotations
 
-import contextlib
 
 import numpy as np
 import pytest
@@ -14,6 +13,7 @@ from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType
 from batchtop.gpu_kernels import cpu_kernels, quant_kernels
 from batchtop.gpu_kernels.quant_kernels import QUANT_TYPES
 from tests.gpu_kernels.quant_helpers import block_matrix, dequantized, reference_and_bound
+from tests.support.torch_threads import threads
 
 TYPES = tuple(QUANT_TYPES)
 pytestmark = pytest.mark.skipif(not all(quant_kernels.usable(t) for t in TYPES),
@@ -23,16 +23,6 @@ pytestmark = pytest.mark.skipif(not all(quant_kernels.usable(t) for t in TYPES),
 def features(type_name: str) -> int:
     """K: an odd number of 32-weight blocks for the small types (the last sub-block has no pair)."""
     return 512 if QUANT_TYPES[type_name].block_size == 256 else 352
-
-
-@contextlib.contextmanager
-def threads(n: int):
-    before = torch.get_num_threads()
-    torch.set_num_threads(n)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(before)
 
 
 def test_the_type_table_is_ggmls():

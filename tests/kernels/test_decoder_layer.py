@@ -4,7 +4,6 @@ by halves, the residual add) and its column split across threads change no bit e
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 
 import pytest
@@ -17,20 +16,11 @@ from batchtop.core_engine.model.llama import (AttentionBatch, DecoderLayer, Varl
 from batchtop.core_engine.model.parameters import init_weights
 from batchtop.core_engine.model.packed_linear import PackedLinear, packing
 from batchtop.gpu_kernels import cpu_kernels
+from tests.support.torch_threads import threads
 
 CPU = torch.device("cpu")
 pytestmark = pytest.mark.skipif(packing(CPU, torch.bfloat16) != "batchtop" or not cpu_kernels.decoder_layer_usable(),
                                 reason="needs batchtop's bf16 CPU kernels (AVX512_BF16, or AVX2 and FMA)")
-
-
-@contextlib.contextmanager
-def threads(n: int):
-    before = torch.get_num_threads()
-    torch.set_num_threads(n)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(before)
 
 
 def bf16_linear(k: int, n: int, bias: bool, halves: bool = False, seed: int = 0) -> PackedLinear:
