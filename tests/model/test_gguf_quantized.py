@@ -104,6 +104,18 @@ def test_auto_is_quantized_only_where_the_block_kernels_can_run(q4_1, monkeypatc
     assert with_weights(config, "quantized", "cuda", "bfloat16").weight_bits == (5.0, 8.5, 8.5)
 
 
+def test_asking_for_blocks_where_no_kernel_computes_them_says_what_it_costs(q4_1, monkeypatch):
+    config = read_gguf_config(q4_1[0])
+    monkeypatch.setattr(gguf_quant_weights, "kernels_expected", lambda: True)
+    quantized = with_weights(config, "quantized", "cpu", "bfloat16")
+    assert gguf_quant_weights.slow_blocks_note(quantized, "cpu", "bfloat16") is None
+    note = gguf_quant_weights.slow_blocks_note(quantized, "cpu", "float32")
+    assert "--weights quantized on cpu in float32" in note and "--weights dequantized" in note
+    assert gguf_quant_weights.slow_blocks_note(quantized, "cuda", "bfloat16") is not None
+    dense = with_weights(config, "dequantized", "cpu", "float32")
+    assert gguf_quant_weights.slow_blocks_note(dense, "cpu", "float32") is None
+
+
 def test_a_model_without_blocks_cannot_run_quantized(hf_checkpoints):
     from batchtop.core_engine.config import preset
     from batchtop.core_engine.model.hf_config import read_model_config

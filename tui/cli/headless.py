@@ -10,6 +10,7 @@ from collections.abc import Callable
 import click
 
 from batchtop.core_engine.perf.device_peaks import DevicePeaks, device_peaks
+from batchtop.core_engine.model.gguf_quant_weights import slow_blocks_note
 from batchtop.core_engine.model.weight_bytes import weights_text
 from batchtop.core_engine.perf.metrics import finite
 from batchtop.core_engine.run.resolve import pool_note
@@ -59,6 +60,8 @@ def build_engine(setup: Setup, say: Callable[[str], None] = note) -> Engine:
         f"{c.num_kv_blocks} KV blocks x {c.block_size} tokens; {len(setup.requests)} requests")
     if capped:
         say(capped)
+    if (slow := slow_blocks_note(c.model, c.device, c.dtype)) is not None:
+        say(slow)
     if say is note:
         with bad_input_exits():  # a tensor the header promised but the file cannot deliver
             engine = Engine(c)
