@@ -3,7 +3,8 @@
 The weight stays as the file stores it: a uint8 tensor (N, row_bytes), row n holding output feature n's
 K / block_size blocks. The kernel quantizes each activation row to int8 blocks of 32 (so a row's result
 never depends on the rows beside it) and takes integer dot products with the blocks (AVX-512 VNNI, else
-AVX2), summed in fp32 in a fixed order. `QUANT_TYPES` names the five block formats it reads.
+AVX2), summed in fp32 in a fixed order; x and the result are bf16 or float32, the same integer math either
+way. `QUANT_TYPES` names the five block formats it reads.
 
 Q4_0, Q4_1 and Q8_0 run (on AVX-512 VNNI) from a repack of the blocks, 16 output columns interleaved
 (csrc/quant_repack.h), built on a matrix's first use and cached by the blocks' identity, storage and version
@@ -94,7 +95,8 @@ def pack(blocks: torch.Tensor, qtype_name: str) -> torch.Tensor:
 def linear_quant(x: torch.Tensor, blocks: torch.Tensor, qtype_name: str, bias: torch.Tensor | None,
                  out_features: int, epilogue: str = "store", out: torch.Tensor | None = None,
                  packed: bool = False) -> torch.Tensor:
-    """x (rows, K) bf16 times the block matrix's W^T (+ bias) in bf16; packed: `blocks` is pack()'s result.
+    """x (rows, K) bf16 or float32 times the block matrix's W^T (+ bias, in x's dtype), the result in x's dtype;
+    packed: `blocks` is pack()'s result.
 
     epilogue "store": returns (rows, out_features); "silu_mul": W's rows are [gate; up] and the result is
     silu(gate) * up, (rows, out_features // 2); "add_into": `out` += x W^T + bias in place (out required).
@@ -110,7 +112,7 @@ def linear_quant(x: torch.Tensor, blocks: torch.Tensor, qtype_name: str, bias: t
         if epilogue == "add_into":
             raise ValueError("linear_quant: epilogue 'add_into' adds into `out`: pass it")
         cols = out_features // 2 if epilogue == "silu_mul" else out_features
-        out = torch.empty((x.shape[0], cols), dtype=torch.bfloat16)
+        out = torch.empty((x.shape[0], cols), dtype=x.dtype)
     weights = blocks if packed else pack(blocks, qtype_name)
     torch.ops.batchtop_cpu.linear_quant(out, x, weights, qtype.ggml_id, bias, EPILOGUES[epilogue])
     return out

@@ -70,24 +70,25 @@ def weight_bits(config: ModelConfig, infos: dict[str, TensorInfo], element_bytes
 
 
 def kernels_compute_blocks(device: str, dtype: str) -> bool:
-    """Whether batchtop's block kernels can compute a quantized run's linears here: the CPU, bfloat16
-    activations, the C++ kernels loaded or still to be built."""
-    return device == "cpu" and dtype == "bfloat16" and kernels_expected()
+    """Whether batchtop's block kernels can compute a quantized run's linears here: the CPU, bfloat16 or
+    float32 activations, the C++ kernels loaded or still to be built."""
+    return device == "cpu" and dtype in ("bfloat16", "float32") and kernels_expected()
 
 
 def slow_blocks_note(config: ModelConfig, device: str, dtype: str) -> str | None:
     """For a run asked to stay quantized where the kernels cannot compute its blocks: what that costs."""
     if config.weights != "quantized" or kernels_compute_blocks(device, dtype):
         return None
-    return (f"--weights quantized on {device} in {dtype}: batchtop's block kernels need the CPU in bfloat16 (and a "
-            "C++ compiler), so every step dequantizes the blocks in torch, tens of times slower than "
+    return (f"--weights quantized on {device} in {dtype}: batchtop's block kernels need the CPU in bfloat16 or "
+            "float32 (and a C++ compiler), so every step dequantizes the blocks in torch, tens of times slower than "
             "--weights dequantized (which holds the weights expanded instead)")
 
 
 def with_weights(config: ModelConfig, choice: str, device: str, dtype: str) -> ModelConfig:
     """The model config with how its weights run (--weights): auto is quantized for a GGUF file on the CPU
-    in bfloat16 where batchtop's block kernels can run; dequantized elsewhere (CUDA, float32, no kernels),
-    where every step would dequantize the blocks in torch (tens of times slower). A model without blocks
+    in bfloat16 where batchtop's block kernels can run; dequantized elsewhere: CUDA or no kernels, where every
+    step would dequantize the blocks in torch (tens of times slower), and float32, whose exact math the
+    kernels' int8 activations would round (--weights quantized asks for them). A model without blocks
     (a preset, safetensors) cannot run quantized."""
     if choice not in WEIGHTS:
         raise ConfigError("weights", f"must be one of {', '.join(WEIGHTS)}, got {choice!r}")
@@ -98,7 +99,8 @@ def with_weights(config: ModelConfig, choice: str, device: str, dtype: str) -> M
                                          f"{what}, which has none (use a .gguf --model, or --weights auto)")
         return dataclasses.replace(config, weights=None, weight_bits=None)
     if choice == "auto":
-        choice = "quantized" if kernels_compute_blocks(device, dtype) else "dequantized"
+        # float32 on the kernels rounds activations to int8 blocks: --dtype float32 alone keeps the exact math
+        choice = "quantized" if dtype == "bfloat16" and kernels_compute_blocks(device, dtype) else "dequantized"
     if choice == "dequantized":
         return dataclasses.replace(config, weights="dequantized", weight_bits=None)
     bits = weight_bits(config, check_tensors(config), DTYPES[dtype].itemsize)

@@ -3,8 +3,8 @@
 The weights stay as the file stores them (uint8 rows of blocks, quant_blocks.py), so a decode step
 streams the blocks (SmolLM2's Q4_1/Q8_0: ~96 MB) instead of a dequantized bf16 copy (~270 MB). Where
 batchtop's C++ kernels run the type (gpu_kernels.quant_kernels), they compute straight from the
-blocks; elsewhere (CUDA, no compiler, BATCHTOP_CPU_KERNEL=0, float32) each forward dequantizes the
-rows a chunk at a time and multiplies in the activations' dtype, caching nothing: memory is the point.
+blocks, bf16 or float32 activations; elsewhere (CUDA, no compiler, BATCHTOP_CPU_KERNEL=0) each forward
+dequantizes the rows a chunk at a time and multiplies in the activations' dtype, caching nothing: memory is the point.
 
 The blocks are parameters (uint8, no gradient), so every place that sizes or tracks a model's weights
 (the runner's weight bytes, the fused decoder layer's cache checks) sees them as it sees dense ones.
@@ -35,8 +35,8 @@ def kernels_expected() -> bool:
 
 
 def kernel_runs(x: torch.Tensor, type_name: str) -> bool:
-    """Whether batchtop's C++ kernel computes this type's blocks for these activations."""
-    return x.device.type == "cpu" and x.dtype == torch.bfloat16 and quant_kernels.usable(type_name)
+    """Whether batchtop's C++ kernel computes this type's blocks for these activations (bf16 or float32)."""
+    return x.device.type == "cpu" and x.dtype in (torch.bfloat16, torch.float32) and quant_kernels.usable(type_name)
 
 
 def kernels_coming() -> bool:

@@ -1,4 +1,5 @@
-// y = x W^T + b with W a GGUF-quantized matrix in the file's own layout (quant_blocks.h), x bf16. A decode
+// y = x W^T + b with W a GGUF-quantized matrix in the file's own layout (quant_blocks.h), x and y bf16 or
+// float32 (the same int8 activations and integer dots either way; only x's reading and y's rounding differ). A decode
 // step streams the blocks (4.5-8.5 bits a weight) instead of a bf16 copy (16): on SmolLM2's Q4_1 file,
 // ~96 MB a step instead of ~270.
 //
@@ -40,25 +41,26 @@ namespace {
 using bf16 = c10::BFloat16;
 using namespace quant;
 
-// Where a GEMM output element goes: out (kStore, kAddInto) or the bf16 gate_up rows kSiluMul finishes.
+// Where a GEMM output element goes: out (kStore, kAddInto) or the gate_up rows (in T) kSiluMul finishes.
+template <typename T>
 struct Sink {
-  const QuantLinearArgs& a;
-  bf16* gate_up;  // (rows, n), kSiluMul only
+  const QuantLinearArgsOf<T>& a;
+  T* gate_up;  // (rows, n), kSiluMul only
   void operator()(int64_t r, int64_t n, float y) const {
     if (a.bias) y += to_float(a.bias[n]);
     if (a.epilogue == Epilogue::kSiluMul) {
-      gate_up[r * a.n + n] = bf16(y);
+      store(gate_up + r * a.n + n, y);
     } else if (a.epilogue == Epilogue::kAddInto) {  // out = dtype(out + dtype(x W^T + b)), as the torch ops
-      bf16& o = a.out[r * a.out_stride + n];
-      o = bf16(to_float(o) + round_to<bf16>(y));
+      T* o = a.out + r * a.out_stride + n;
+      store(o, to_float(*o) + round_to<T>(y));
     } else {
-      a.out[r * a.out_stride + n] = bf16(y);
+      store(a.out + r * a.out_stride + n, y);
     }
   }
 };
 
-template <class Q>
-void run_columns(const QuantLinearArgs& a, const Acts& acts, const Sink& sink) {
+template <class Q, typename T>
+void run_columns(const QuantLinearArgsOf<T>& a, const Acts& acts, const Sink<T>& sink) {
   const int64_t row_bytes = a.k / Q::SUPER * Q::BYTES, tiles = (a.n + TILE_COLS - 1) / TILE_COLS;
   const int64_t coef_stride = acts.corr_stride;
   at::parallel_for(0, tiles, 1, [&](int64_t begin, int64_t end) {
@@ -84,33 +86,35 @@ void run_columns(const QuantLinearArgs& a, const Acts& acts, const Sink& sink) {
   });
 }
 
-// fused_ops_cpu.cpp's silu_and_mul on one bf16 row, the same operations in the same order, so that the
+// fused_ops_cpu.cpp's silu_and_mul on one row of T, the same operations in the same order, so that the
 // kSiluMul epilogue is bitwise a store GEMM followed by that op.
-void silu_mul_row(bf16* o, const bf16* g, const bf16* u, int64_t n) {
+template <typename T>
+void silu_mul_row(T* o, const T* g, const T* u, int64_t n) {
   int64_t i = 0;
 #if defined(__AVX512F__)
   const __m512 one = _mm512_set1_ps(1.f);
   for (; i + 16 <= n; i += 16) {
     const __m512 x = load16(g + i);
-    const __m512 act = round16<bf16>(_mm512_div_ps(x, _mm512_add_ps(one, exp16(_mm512_sub_ps(_mm512_setzero_ps(), x)))));
+    const __m512 act = round16<T>(_mm512_div_ps(x, _mm512_add_ps(one, exp16(_mm512_sub_ps(_mm512_setzero_ps(), x)))));
     store16(o + i, _mm512_mul_ps(act, load16(u + i)));
   }
 #elif defined(BATCHTOP_AVX2)
   const __m256 one = _mm256_set1_ps(1.f);
   for (; i + 8 <= n; i += 8) {
     const __m256 x = load8(g + i);
-    const __m256 act = round8<bf16>(_mm256_div_ps(x, _mm256_add_ps(one, exp8(_mm256_sub_ps(_mm256_setzero_ps(), x)))));
+    const __m256 act = round8<T>(_mm256_div_ps(x, _mm256_add_ps(one, exp8(_mm256_sub_ps(_mm256_setzero_ps(), x)))));
     store8(o + i, _mm256_mul_ps(act, load8(u + i)));
   }
 #endif
   for (; i < n; ++i) {
     const float x = to_float(g[i]);
-    store(o + i, round_to<bf16>(x / (1.f + std::exp(-x))) * to_float(u[i]));
+    store(o + i, round_to<T>(x / (1.f + std::exp(-x))) * to_float(u[i]));
   }
 }
 
 // kSiluMul's second half: out = silu(gate) * up from the gate_up rows the GEMM stored
-void finish_silu_mul(const QuantLinearArgs& a, const bf16* gate_up) {
+template <typename T>
+void finish_silu_mul(const QuantLinearArgsOf<T>& a, const T* gate_up) {
   if (a.epilogue != Epilogue::kSiluMul) return;
   const int64_t half = a.n / 2;
   at::parallel_for(0, a.rows, std::max<int64_t>(1, 4096 / half), [&](int64_t begin, int64_t end) {
@@ -119,13 +123,13 @@ void finish_silu_mul(const QuantLinearArgs& a, const bf16* gate_up) {
   });
 }
 
-template <class Q>
-void run_type(const QuantLinearArgs& a) {
+template <class Q, typename T>
+void run_type(const QuantLinearArgsOf<T>& a) {
   const int64_t blocks = a.k / 32, corr_stride = pad16(a.k / Q::GROUP), pairs = (blocks + 1) / 2;
   // kept between calls: a prompt chunk's activations run to megabytes, which malloc would map and unmap
   thread_local std::vector<int8_t> q_store;
   thread_local std::vector<float> dx_store, corr_store;
-  thread_local std::vector<bf16> gate_up_store;
+  thread_local std::vector<T> gate_up_store;
   q_store.resize(a.rows * a.k);
   dx_store.resize(a.rows * blocks);
   corr_store.assign(a.rows * corr_stride, 0.f);
@@ -145,22 +149,22 @@ void run_type(const QuantLinearArgs& a) {
       for (int64_t b = 0; b < blocks; ++b) std::fill_n(lanes + (r * pairs + b / 2) * 16 + (b % 2) * 8, 8, dx[r * blocks + b]);
   const Acts acts{q, dx, lanes, corr, a.k, blocks, pairs, corr_stride};
   if (a.epilogue == Epilogue::kSiluMul) gate_up_store.resize(a.rows * a.n);
-  bf16* gate_up = gate_up_store.data();
-  run_columns<Q>(a, acts, Sink{a, gate_up});
+  T* gate_up = gate_up_store.data();
+  run_columns<Q>(a, acts, Sink<T>{a, gate_up});
   finish_silu_mul(a, gate_up);
 }
 
 #if defined(BATCHTOP_QUANT_VNNI)
 // Q4_0, Q4_1, Q8_0 from pack_linear_quant's 16-column groups (quant_repack.h), a.blocks the first group.
-template <int64_t QT>
-void run_repacked(const QuantLinearArgs& a) {
+template <int64_t QT, typename T>
+void run_repacked(const QuantLinearArgsOf<T>& a) {
   const int64_t blocks = a.k / 32, groups = (a.n + GROUP_COLS - 1) / GROUP_COLS;
   const int64_t group_bytes = blocks * RepackFormat<QT>::BYTES;
   constexpr int32_t offset = QT == 2 ? -8 : QT == 8 ? -128 : 0;
   thread_local std::vector<int8_t> q_store;
   thread_local std::vector<float> dx_store, xsum_store;
   thread_local std::vector<int32_t> ioff_store;
-  thread_local std::vector<bf16> gate_up_store;
+  thread_local std::vector<T> gate_up_store;
   q_store.resize(a.rows * a.k);
   dx_store.resize(a.rows * blocks);
   xsum_store.resize(a.rows * blocks);
@@ -182,8 +186,8 @@ void run_repacked(const QuantLinearArgs& a) {
   });
   const RepackActs acts{q, dx, ioff, xsum, a.k, blocks};
   if (a.epilogue == Epilogue::kSiluMul) gate_up_store.resize(a.rows * a.n);
-  bf16* gate_up = gate_up_store.data();
-  const Sink sink{a, gate_up};
+  T* gate_up = gate_up_store.data();
+  const Sink<T> sink{a, gate_up};
   at::parallel_for(0, groups, 1, [&](int64_t begin, int64_t end) {
     __m512 y[REPACK_ROWS];
     alignas(64) float lanes[GROUP_COLS];
@@ -227,7 +231,9 @@ bool linear_quant_supported(int64_t qtype) {
 #endif
 }
 
-void linear_quant_run(const QuantLinearArgs& a) {
+namespace {
+template <typename T>
+void run_any(const QuantLinearArgsOf<T>& a) {
   TORCH_CHECK(linear_quant_supported(a.qtype), "linear_quant: ggml type ", a.qtype,
               " is not one of Q4_0 (2), Q4_1 (3), Q8_0 (8), Q4_K (12), Q6_K (14), or this CPU lacks AVX2, FMA and F16C");
   if (a.rows == 0 || a.n == 0) return;
@@ -247,6 +253,10 @@ void linear_quant_run(const QuantLinearArgs& a) {
   }
 #endif
 }
+}  // namespace
+
+void linear_quant_run(const QuantLinearArgs& a) { run_any(a); }
+void linear_quant_run(const QuantLinearArgsOf<float>& a) { run_any(a); }
 
 // out (rows, N) = x (rows, K) W^T + bias, W the (N, row_bytes) uint8 block matrix of ggml type qtype, or its
 // pack_linear_quant pack where quant_repacked(qtype);
@@ -255,9 +265,10 @@ void linear_quant(at::Tensor& out, const at::Tensor& x, const at::Tensor& blocks
                   const c10::optional<at::Tensor>& bias, int64_t epilogue) {
   TORCH_CHECK(linear_quant_supported(qtype), "linear_quant: qtype ", qtype,
               " is not supported here (Q4_0 = 2, Q4_1 = 3, Q8_0 = 8, Q4_K = 12, Q6_K = 14; AVX2, FMA and F16C needed)");
-  TORCH_CHECK(x.dim() == 2 && x.scalar_type() == at::kBFloat16 && x.stride(1) == 1 && x.device().is_cpu(),
-              "linear_quant: x must be a 2-D bfloat16 CPU tensor with unit column stride, got ", x.sizes(), " ",
-              x.scalar_type());
+  TORCH_CHECK(x.dim() == 2 && (x.scalar_type() == at::kBFloat16 || x.scalar_type() == at::kFloat) &&
+                  x.stride(1) == 1 && x.device().is_cpu(),
+              "linear_quant: x must be a 2-D bfloat16 or float32 CPU tensor with unit column stride, got ", x.sizes(),
+              " ", x.scalar_type());
   const int64_t rows = x.size(0), k = x.size(1), row_bytes = quant_row_bytes(qtype, k);
   TORCH_CHECK(row_bytes > 0, "linear_quant: x has ", k, " features, not a whole number of ggml type ", qtype,
               "'s blocks");
@@ -276,19 +287,22 @@ void linear_quant(at::Tensor& out, const at::Tensor& x, const at::Tensor& blocks
   const auto ep = static_cast<Epilogue>(epilogue);
   const int64_t out_cols = ep == Epilogue::kSiluMul ? n / 2 : n;
   TORCH_CHECK(ep != Epilogue::kSiluMul || n % 2 == 0, "linear_quant: silu_mul needs an even number of weight rows");
+  const auto dtype = x.scalar_type();
   TORCH_CHECK(out.dim() == 2 && out.size(0) == rows && out.size(1) == out_cols && out.stride(1) == 1 &&
-                  out.scalar_type() == at::kBFloat16 && out.device().is_cpu(),
-              "linear_quant: out must be (", rows, ", ", out_cols, ") bfloat16 with unit column stride, got ",
+                  out.scalar_type() == dtype && out.device().is_cpu(),
+              "linear_quant: out must be (", rows, ", ", out_cols, ") ", dtype, " (x's dtype) with unit column stride, got ",
               out.sizes(), " ", out.scalar_type());
-  const c10::BFloat16* b = nullptr;
-  if (bias && bias->defined()) {
-    TORCH_CHECK(bias->dim() == 1 && bias->size(0) == n && bias->is_contiguous() &&
-                    bias->scalar_type() == at::kBFloat16,
-                "linear_quant: bias must be a contiguous (", n, ",) bfloat16 tensor");
-    b = bias->data_ptr<c10::BFloat16>();
-  }
-  linear_quant_run(QuantLinearArgs{x.data_ptr<c10::BFloat16>(), x.stride(0), rows, weight, k, n,
-                                   qtype, b, out.data_ptr<c10::BFloat16>(), out.stride(0), ep});
+  const bool has_bias = bias && bias->defined();
+  if (has_bias)
+    TORCH_CHECK(bias->dim() == 1 && bias->size(0) == n && bias->is_contiguous() && bias->scalar_type() == dtype &&
+                    bias->device().is_cpu(),
+                "linear_quant: bias must be a contiguous (", n, ",) ", dtype, " (x's dtype) CPU tensor, got ",
+                bias->sizes(), " ", bias->scalar_type());
+  by_dtype(x, "linear_quant: x must be bfloat16 or float32", [&](auto zero) {
+    using T = decltype(zero);
+    linear_quant_run(QuantLinearArgsOf<T>{x.data_ptr<T>(), x.stride(0), rows, weight, k, n, qtype,
+                                          has_bias ? bias->data_ptr<T>() : nullptr, out.data_ptr<T>(), out.stride(0), ep});
+  });
 }
 
 }  // namespace batchtop_cpu

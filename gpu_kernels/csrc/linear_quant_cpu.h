@@ -12,18 +12,20 @@
 
 namespace batchtop_cpu {
 
-struct QuantLinearArgs {
-  const c10::BFloat16* x;  // (rows, k), rows x_stride apart
+template <typename T>  // T: the activations' and the output's element type, float or c10::BFloat16
+struct QuantLinearArgsOf {
+  const T* x;  // (rows, k), rows x_stride apart
   int64_t x_stride, rows;
   const uint8_t* blocks;  // (n, row_bytes) in the GGUF layout of qtype; where quant_repacked(qtype), the
                           // first 16-column group of its pack_linear_quant pack (quant_repack.h)
   int64_t k, n;           // n: the weight's rows (kSiluMul: gate rows then up rows, n / 2 of each)
   int64_t qtype;          // the ggml type id: 2 Q4_0, 3 Q4_1, 8 Q8_0, 12 Q4_K, 14 Q6_K
-  const c10::BFloat16* bias;  // (n,) or null
-  c10::BFloat16* out;         // rows out_stride apart: n columns, or n / 2 for kSiluMul
+  const T* bias;          // (n,) or null
+  T* out;                 // rows out_stride apart: n columns, or n / 2 for kSiluMul
   int64_t out_stride;
   Epilogue epilogue;
 };
+using QuantLinearArgs = QuantLinearArgsOf<c10::BFloat16>;
 
 // A row's bytes for k weights of qtype: -1 when the type is not one of the five or k is not a whole
 // number of its blocks.
@@ -31,6 +33,9 @@ int64_t quant_row_bytes(int64_t qtype, int64_t k);
 
 // Splits the output columns across torch's intra-op threads. Each row's result is independent of the
 // other rows (its activations are quantized alone, its sums taken in one fixed order).
+// The float32 form quantizes the same int8 activations from float32 rows and takes the same integer dots;
+// only the reading of x and bias and the rounding of the output differ.
 void linear_quant_run(const QuantLinearArgs& args);
+void linear_quant_run(const QuantLinearArgsOf<float>& args);
 
 }  // namespace batchtop_cpu

@@ -49,9 +49,9 @@ struct Acts {
 inline __m256 abs8(__m256 v) { return _mm256_andnot_ps(_mm256_set1_ps(-0.f), v); }
 inline float int_sum8(__m256i v) { return reduce_add8(_mm256_cvtepi32_ps(v)); }  // small ints: exact
 
-// Row x (k features) as int8 blocks of 32: xq = round(x * 127 / max|x|), nearest even.
-template <int GROUP>
-void quantize_row(const bf16* x, int64_t k, float offset, int8_t* q, float* dx, float* corr) {
+// Row x (k features, bf16 or float) as int8 blocks of 32: xq = round(x * 127 / max|x|), nearest even.
+template <int GROUP, typename T>
+void quantize_row(const T* x, int64_t k, float offset, int8_t* q, float* dx, float* corr) {
   for (int64_t b = 0; b < k / 32; ++b) {
     __m256 f[4];
     for (int i = 0; i < 4; ++i) f[i] = load8(x + 32 * b + 8 * i);

@@ -102,7 +102,7 @@ def test_bad_calls_say_what_is_wrong():
     ops = torch.ops.batchtop_cpu
     out = torch.empty(2, 8, dtype=torch.bfloat16)
     with pytest.raises(RuntimeError, match="x must be a 2-D bfloat16"):
-        ops.linear_quant(out, x.float(), blocks, 3, None, 0)
+        ops.linear_quant(out, x.double(), blocks, 3, None, 0)
     q4k = block_matrix("Q4_K", 8, 256)
     with pytest.raises(RuntimeError, match=r"blocks must be a contiguous \(N, 144\) uint8"):
         ops.linear_quant(out, torch.zeros(2, 256, dtype=torch.bfloat16), q4k[:, :72].contiguous(), 12, None, 0)

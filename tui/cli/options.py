@@ -75,10 +75,11 @@ _OPTIONS = [
                                          "where batchtop's kernels build; else float32."),
     click.option("--weights", type=click.Choice(["auto", "quantized", "dequantized"]), default="auto",
                  show_default=True,
-                 help="A GGUF model's weights: quantized keeps the file's blocks (Q4_1, Q8_0, Q4_K, ...) and "
-                      "computes from them, streaming ~3x fewer bytes a step; dequantized expands them to --dtype. "
-                      "auto = quantized on CPU in bfloat16 where batchtop's kernels build; dequantized on CUDA "
-                      "and elsewhere (every step would dequantize the blocks in torch). Only a GGUF file has blocks."),
+                 help="A GGUF model's weights: quantized keeps the file's blocks (Q4_1, Q8_0, Q4_K, ...) and computes "
+                      "from them with 8-bit activations, streaming ~3x fewer bytes a step; dequantized expands them to "
+                      "--dtype. auto = quantized on CPU in bfloat16 where batchtop's kernels build; dequantized in "
+                      "float32 (the file's exact math) and on CUDA (every step would dequantize the blocks in torch). "
+                      "Only a GGUF file has blocks."),
     click.option("--seed", type=SEED, default=0, show_default=True, help="Seeds weights, prompts and sampling."),
     click.option("--enforce-eager", is_flag=True,
                  help="CUDA: run every decode step eagerly (no CUDA graphs captured per batch-size bucket)."),
