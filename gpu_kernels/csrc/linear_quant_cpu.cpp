@@ -28,6 +28,7 @@
 #include <vector>
 
 #include "cpu_vec.h"
+#include "fused_rows.h"
 #include "ops_cpu.h"
 #include "quant_blocks.h"
 #include "quant_repack.h"
@@ -84,32 +85,6 @@ void run_columns(const QuantLinearArgsOf<T>& a, const Acts& acts, const Sink<T>&
       }
     }
   });
-}
-
-// fused_ops_cpu.cpp's silu_and_mul on one row of T, the same operations in the same order, so that the
-// kSiluMul epilogue is bitwise a store GEMM followed by that op.
-template <typename T>
-void silu_mul_row(T* o, const T* g, const T* u, int64_t n) {
-  int64_t i = 0;
-#if defined(__AVX512F__)
-  const __m512 one = _mm512_set1_ps(1.f);
-  for (; i + 16 <= n; i += 16) {
-    const __m512 x = load16(g + i);
-    const __m512 act = round16<T>(_mm512_div_ps(x, _mm512_add_ps(one, exp16(_mm512_sub_ps(_mm512_setzero_ps(), x)))));
-    store16(o + i, _mm512_mul_ps(act, load16(u + i)));
-  }
-#elif defined(BATCHTOP_AVX2)
-  const __m256 one = _mm256_set1_ps(1.f);
-  for (; i + 8 <= n; i += 8) {
-    const __m256 x = load8(g + i);
-    const __m256 act = round8<T>(_mm256_div_ps(x, _mm256_add_ps(one, exp8(_mm256_sub_ps(_mm256_setzero_ps(), x)))));
-    store8(o + i, _mm256_mul_ps(act, load8(u + i)));
-  }
-#endif
-  for (; i < n; ++i) {
-    const float x = to_float(g[i]);
-    store(o + i, round_to<T>(x / (1.f + std::exp(-x))) * to_float(u[i]));
-  }
 }
 
 // kSiluMul's second half: out = silu(gate) * up from the gate_up rows the GEMM stored

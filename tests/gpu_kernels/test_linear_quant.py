@@ -48,11 +48,12 @@ def test_each_type_matches_its_dequantized_weights(type_name, rows):
     assert np.linalg.norm(got - ref) < 0.02 * np.linalg.norm(ref)
 
 
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
 @pytest.mark.parametrize("type_name", TYPES)
-def test_a_row_is_bitwise_the_same_alone_in_any_batch_and_on_any_threads(type_name):
+def test_a_row_is_bitwise_the_same_alone_in_any_batch_and_on_any_threads(type_name, dtype):
     n, k = 70, features(type_name)
     blocks = block_matrix(type_name, n, k)
-    x = torch.randn(21, k).to(torch.bfloat16)
+    x = torch.randn(21, k).to(dtype)
     x[3, :32] *= 100  # one block of one row far larger: its scale must not reach the other rows
     with torch.inference_mode(), threads(1):
         alone = torch.cat([quant_kernels.linear_quant(x[r:r + 1], blocks, type_name, None, n) for r in range(21)])
@@ -77,22 +78,23 @@ def test_the_bias_is_added_before_the_bf16_rounding(type_name):
     assert not torch.equal(plain, biased)
 
 
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
 @pytest.mark.parametrize("type_name", ["Q4_0", "Q8_0", "Q4_K"])
-def test_the_epilogues_are_bitwise_the_separate_torch_ops(type_name):
-    """add_into: out + y.to(bf16), rounded once more; silu_mul over [gate; up] rows: the store GEMM
-    followed by cpu_kernels.silu_and_mul."""
+def test_the_epilogues_are_bitwise_the_separate_torch_ops(type_name, dtype):
+    """add_into: out + y in the activations' dtype, rounded once more; silu_mul over [gate; up] rows: the
+    store GEMM followed by cpu_kernels.silu_and_mul."""
     n, k = 96, features(type_name)
     blocks = block_matrix(type_name, n, k)
-    bias = torch.randn(n).to(torch.bfloat16)
-    x = torch.randn(11, k).to(torch.bfloat16)
-    residual = (4 * torch.randn(11, n)).to(torch.bfloat16)
+    bias = torch.randn(n).to(dtype)
+    x = torch.randn(11, k).to(dtype)
+    residual = (4 * torch.randn(11, n)).to(dtype)
     with torch.inference_mode():
         y = quant_kernels.linear_quant(x, blocks, type_name, bias, n)
         added = residual.clone()
         assert quant_kernels.linear_quant(x, blocks, type_name, bias, n, "add_into", out=added) is added
         assert torch.equal(added, residual + y)
         fused = quant_kernels.linear_quant(x, blocks, type_name, bias, n, "silu_mul")
-        assert fused.shape == (11, n // 2)
+        assert fused.dtype == dtype and fused.shape == (11, n // 2)
         assert torch.equal(fused, cpu_kernels.silu_and_mul(y))
 
 

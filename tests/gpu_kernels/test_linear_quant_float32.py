@@ -8,11 +8,10 @@ import numpy as np
 import pytest
 import torch
 
-from batchtop.gpu_kernels import cpu_kernels, quant_kernels
+from batchtop.gpu_kernels import quant_kernels
 from batchtop.gpu_kernels.quant_kernels import QUANT_TYPES
 from tests.gpu_kernels.quant_helpers import block_matrix, dequantized, reference_and_bound
 from tests.gpu_kernels.test_linear_quant import features
-from tests.support.torch_threads import threads
 
 TYPES = tuple(QUANT_TYPES)
 pytestmark = pytest.mark.skipif(not all(quant_kernels.usable(t) for t in TYPES),
@@ -53,37 +52,6 @@ def test_float32_is_the_bf16_result_before_its_rounding(type_name):
         in_float32 = quant_kernels.linear_quant(x.float(), blocks, type_name, bias.float(), n)
     assert torch.equal(in_float32.to(torch.bfloat16), in_bf16)
     assert not torch.equal(in_float32, in_bf16.float())  # the float32 result keeps the bits bf16 drops
-
-
-@pytest.mark.parametrize("type_name", ["Q4_1", "Q8_0", "Q4_K", "Q6_K"])
-def test_a_float32_row_is_bitwise_the_same_alone_in_any_batch_and_on_any_threads(type_name):
-    n, k = 70, features(type_name)
-    blocks = block_matrix(type_name, n, k)
-    x = torch.randn(21, k)
-    x[3, :32] *= 100
-    with torch.inference_mode(), threads(1):
-        alone = torch.cat([quant_kernels.linear_quant(x[r:r + 1], blocks, type_name, None, n) for r in range(21)])
-        for rows in (2, 7, 9, 16, 21):
-            assert torch.equal(quant_kernels.linear_quant(x[:rows], blocks, type_name, None, n), alone[:rows]), rows
-    with torch.inference_mode(), threads(2):
-        assert torch.equal(quant_kernels.linear_quant(x, blocks, type_name, None, n), alone)
-
-
-@pytest.mark.parametrize("type_name", ["Q4_0", "Q4_K"])
-def test_the_float32_epilogues_are_bitwise_the_separate_torch_ops(type_name):
-    n, k = 96, features(type_name)
-    blocks = block_matrix(type_name, n, k)
-    bias = torch.randn(n)
-    x = torch.randn(11, k)
-    residual = 4 * torch.randn(11, n)
-    with torch.inference_mode():
-        y = quant_kernels.linear_quant(x, blocks, type_name, bias, n)
-        added = residual.clone()
-        assert quant_kernels.linear_quant(x, blocks, type_name, bias, n, "add_into", out=added) is added
-        assert torch.equal(added, residual + y)
-        fused = quant_kernels.linear_quant(x, blocks, type_name, bias, n, "silu_mul")
-        assert fused.dtype == torch.float32 and fused.shape == (11, n // 2)
-        assert torch.equal(fused, cpu_kernels.silu_and_mul(y))
 
 
 def test_a_dtype_mix_is_refused_naming_the_tensor():
