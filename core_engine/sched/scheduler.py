@@ -9,6 +9,7 @@ batch ends. Keeping the state here lets the mode flip between steps without losi
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from collections import deque
 from collections.abc import Container, Iterable
 from typing import ClassVar
@@ -22,7 +23,7 @@ from batchtop.core_engine.sched.wait_reason import WaitReason
 ADMISSION_WATERMARK = 0.01  # keep 1% of blocks free when admitting beside others (vLLM does too)
 
 
-class SchedulingPolicy:
+class SchedulingPolicy(ABC):
     """Traits the rest of batchtop asks instead of comparing mode names, and the hooks the scheduler calls.
     The hooks' defaults are vLLM's: first come, first served, and the sequence admitted last is
     preempted first."""
@@ -36,10 +37,10 @@ class SchedulingPolicy:
     admits_mid_batch: ClassVar[bool] = True
     token_budgeted: ClassVar[bool] = True  # steps are held to max_num_batched_tokens (chunked prefill)
 
+    @abstractmethod
     def admit(self, scheduler: Scheduler, out: SchedulerOutput, budget: int | None) -> None:
         """Move sequences from the head of scheduler.waiting into slots for this step, or set
         out.wait_reason saying why the head waits."""
-        raise NotImplementedError
 
     def admission_order(self, waiting: deque[Sequence]) -> Iterable[Sequence]:
         """The waiting queue in the order to admit it, head first; the scheduler applies it before each
