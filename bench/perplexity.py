@@ -23,7 +23,7 @@ from pathlib import Path
 import torch
 
 from batchtop.core_engine.config import EngineConfig
-from batchtop.core_engine.model.llama import AttentionBatch, PrefillChunk, VarlenRows
+from batchtop.core_engine.model.attention_batch import AttentionBatch, PrefillChunk, VarlenRows
 from batchtop.core_engine.worker.model_runner import ModelRunner
 
 DEFAULT_TEXT = Path(__file__).resolve().parent.parent / "core_engine" / "data" / "tokenizer_corpus.txt"

@@ -4,13 +4,13 @@ Parameter names and math match Hugging Face's LlamaForCausalLM, so its state_dic
 the options Mistral, Qwen2 and Qwen3 add (q/k/v biases, q/k RMSNorm, an explicit head_dim, Llama 3's
 RoPE scaling, a tied lm_head) come from the ModelConfig.
 The forward takes every scheduled token of every sequence as one flat batch of T tokens (no padding),
-and attends through the paged KV pool that the runner owns and describes in an AttentionBatch.
+and attends through the paged KV pool that the runner owns and describes in an AttentionBatch
+(attention_batch.py). Where attention runs Triton the same math runs as llama_triton.py's fused kernels.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
@@ -18,54 +18,10 @@ from torch import nn
 
 from batchtop.core_engine.config import ModelConfig
 from batchtop.core_engine.model.packed_linear import PackedLinear, packing, parameter_registrations, weight_key
+from batchtop.core_engine.model.attention_batch import AttentionBatch
+from batchtop.core_engine.model.llama_triton import forward_on_triton, fused_on_triton
 from batchtop.core_engine.model.quant_linear import fused_layer_options, fused_linear, layers_fuse, weight_slots
-from batchtop.gpu_kernels import cpu_kernels, store_kv, triton_fused, uses_cpu_kernel, uses_triton
-from batchtop.gpu_kernels.attention import AttentionBackend, PrefillPlan, select_backend
-
-
-@dataclass(slots=True)
-class PrefillChunk:
-    token_start: int  # first row of this chunk in the flat batch
-    num_tokens: int
-    context_start: int  # position of the chunk's first token in its sequence
-    block_table: torch.Tensor  # (num_blocks,) long
-
-
-@dataclass(slots=True)
-class VarlenRows:
-    """Rows [0, num_rows) of the step (its decode rows, then its prompt chunks' rows) in one kernel call,
-    each attending to keys [0, context_lens[r]) of the sequence whose table is tables[row_tables[r]]."""
-
-    tables: torch.Tensor  # (num_sequences, max_blocks)
-    row_tables: torch.Tensor  # (num_rows,)
-    context_lens: torch.Tensor  # (num_rows,)
-
-    @property
-    def num_rows(self) -> int:
-        return self.row_tables.shape[0]
-
-
-@dataclass(slots=True)
-class AttentionBatch:
-    """Where each token's K/V goes and what each query may attend to, for one step, and the attention
-    backend (gpu_kernels/attention/) every layer runs it through."""
-
-    kv_caches: list[tuple[torch.Tensor, torch.Tensor]]  # per layer: (num_blocks, block_size, kvh, hd) x2
-    slot_mapping: torch.Tensor  # (T,) flat slot of each token's K/V
-    num_decode_rows: int  # rows [0, num_decode_rows) each hold one token of a different sequence
-    decode_block_tables: torch.Tensor | None  # (num_decode_rows, max_blocks)
-    decode_context_lens: torch.Tensor | None  # (num_decode_rows,)
-    prefills: list[PrefillChunk]  # chunks after the decode rows, contiguous (all unless `varlen` takes them)
-    decode_mask: torch.Tensor | None = None  # the torch reference's dense decode mask, built once per step
-    varlen: VarlenRows | None = None  # the CPU kernel's one call for decode rows and prompt chunks
-    backend: AttentionBackend | None = None  # the runner's; None: chosen from the pool's device, dtype, head size
-    prefill_plan: PrefillPlan | None = None  # the prefill rows' tables, built once per step (backend.prepare)
-    prepared: bool = False  # backend.prepare has run for this step
-
-    def __post_init__(self) -> None:
-        if self.backend is None:  # a batch built by hand (tests, tools)
-            k_cache = self.kv_caches[0][0]
-            self.backend = select_backend(k_cache.device, k_cache.dtype, k_cache.shape[-1])
+from batchtop.gpu_kernels import cpu_kernels, store_kv, uses_cpu_kernel
 
 
 class RMSNorm(nn.Module):
@@ -93,21 +49,6 @@ def fused_on_cpu(x: torch.Tensor, head_dim: int = 0) -> bool:
     """Whether the decoder's elementwise steps run as batchtop's fused CPU kernels (same math as the
     torch ops beside them, which stay the readable definition and run everywhere else)."""
     return x.device.type == "cpu" and x.is_contiguous() and cpu_kernels.usable(x.dtype, head_dim)
-
-
-def fused_on_triton(x: torch.Tensor) -> bool:
-    """Whether the decoder's elementwise steps run as gpu_kernels/triton_fused's kernels: where attention runs
-    Triton (CUDA, or the CPU under TRITON_INTERPRET=1). Decided once per forward (LlamaForCausalLM)."""
-    return uses_triton(x.device) and x.is_contiguous()
-
-
-@dataclass(slots=True)
-class RopeByPosition:
-    """What the Triton path rotates with: the model's [cos | sin] table (max_positions, head_dim) in fp32,
-    built once, and each token's position (T,)."""
-
-    table: torch.Tensor
-    positions: torch.Tensor
 
 
 def rope_inv_freq(config: ModelConfig) -> torch.Tensor:
@@ -208,21 +149,6 @@ class Attention(nn.Module):
         out = batch.backend.forward(q, k, v, k_cache, v_cache, batch, self.scale)  # the step's backend
         return self.o_proj(out.reshape(t, self.q_size))
 
-    def forward_triton(self, x: torch.Tensor, rope: RopeByPosition, batch: AttentionBatch) -> torch.Tensor:
-        """forward, with RoPE and the K/V write as one Triton kernel (rotating q and k in place in qkv)."""
-        t = x.shape[0]
-        qkv = self.qkv_proj(x)
-        qk = qkv[:, :self.q_size + self.kv_size].view(t, self.num_heads + self.num_kv_heads, self.head_dim)
-        if self.q_norm is not None:
-            qk = torch.cat((self.q_norm(qk[:, :self.num_heads]), self.k_norm(qk[:, self.num_heads:])), dim=1)
-        v = qkv[:, self.q_size + self.kv_size:].view(t, self.num_kv_heads, self.head_dim)
-        k_cache, v_cache = batch.kv_caches[self.layer_idx]
-        triton_fused.rope_and_store_kv(qk, v, rope.table, rope.positions, k_cache, v_cache, batch.slot_mapping,
-                                       self.num_heads)
-        q, k = qk[:, :self.num_heads], qk[:, self.num_heads:]
-        out = batch.backend.forward(q, k, v, k_cache, v_cache, batch, self.scale)
-        return self.o_proj(out.reshape(t, self.q_size))
-
 
 class MLP(nn.Module):
     def __init__(self, config: ModelConfig) -> None:
@@ -243,9 +169,6 @@ class MLP(nn.Module):
         gate, up = gate_up.chunk(2, dim=-1)
         return self.down_proj(F.silu(gate) * up)
 
-    def forward_triton(self, x: torch.Tensor) -> torch.Tensor:
-        return self.down_proj(triton_fused.silu_mul(self.gate_up_proj(x)))
-
 
 class DecoderLayer(nn.Module):
     def __init__(self, config: ModelConfig, layer_idx: int) -> None:
@@ -260,21 +183,6 @@ class DecoderLayer(nn.Module):
         attended = self.self_attn(self.input_layernorm(x), cos, sin, batch)
         x, normed = self.post_attention_layernorm.add_and_norm(x, attended)
         return x + self.mlp(normed)
-
-    def forward_triton(self, hidden: torch.Tensor, residual: torch.Tensor | None, rope: RopeByPosition,
-                       batch: AttentionBatch) -> tuple[torch.Tensor, torch.Tensor]:
-        """forward with the residual stream carried beside the layer's output (vLLM's form), so that each
-        residual add runs inside the next RMSNorm's kernel: takes (hidden, residual), whose sum is this
-        layer's input (residual None: hidden is), and returns the same pair for the next layer. Writes into
-        both (they are the previous layer's temporaries, or the embeddings)."""
-        norm, post = self.input_layernorm, self.post_attention_layernorm
-        if residual is None:
-            residual, hidden = hidden, norm(hidden)
-        else:
-            residual, hidden = triton_fused.add_rmsnorm_(hidden, residual, norm.weight, norm.variance_epsilon)
-        attended = self.self_attn.forward_triton(hidden, rope, batch)
-        residual, normed = triton_fused.add_rmsnorm_(attended, residual, post.weight, post.variance_epsilon)
-        return self.mlp.forward_triton(normed), residual
 
     def fused_weights(self) -> tuple:
         """The layer's ten weights as decoder_layers_bf16 takes them (norms, then each linear's pack or
@@ -363,7 +271,7 @@ class LlamaForCausalLM(nn.Module):
         """input_ids/positions: (T,); logits_rows: rows whose next token is sampled. -> (S, vocab)."""
         x = self.model.embed_tokens(input_ids)  # (T, H)
         if fused_on_triton(x):
-            return self._forward_triton(x, positions, batch, logits_rows)
+            return forward_on_triton(self, x, positions, batch, logits_rows)
         if self._inv_freq.device != positions.device:
             self._inv_freq = self._inv_freq.to(positions.device)
         cos, sin = rope_cos_sin(positions, self._inv_freq, x.dtype)
@@ -380,31 +288,6 @@ class LlamaForCausalLM(nn.Module):
                                             first.self_attn.scale, **fused_layer_options(self))
         x = self.model.norm(x.index_select(0, logits_rows))  # only the rows we sample from reach the lm_head
         return self.lm_head(x)  # model dtype: greedy argmax needs no fp32 copy
-
-    def rope_table(self, device: torch.device) -> torch.Tensor:
-        """[cos | sin] (max_position_embeddings, head_dim) fp32 on `device`, built once (the first forward
-        there, before any graph capture) from the same inv_freq as rope_cos_sin."""
-        cached = self.__dict__.get("_rope_table")
-        if cached is None or cached.device != device:
-            cached = triton_fused.cos_sin_table(self._inv_freq, self.config.max_position_embeddings, device)
-            self.__dict__["_rope_table"] = cached
-        return cached
-
-    def _forward_triton(self, x: torch.Tensor, positions: torch.Tensor, batch: AttentionBatch,
-                        logits_rows: torch.Tensor) -> torch.Tensor:
-        """forward on gpu_kernels/triton_fused's kernels: the same math, fewer kernels a layer."""
-        rope = RopeByPosition(self.rope_table(x.device), positions)
-        batch.backend.prepare(batch)
-        hidden, residual = x, None
-        for layer in self.model.layers:
-            hidden, residual = layer.forward_triton(hidden, residual, rope, batch)
-        hidden = hidden.index_select(0, logits_rows)  # only the rows we sample from reach the lm_head
-        if residual is None:  # no layers
-            return self.lm_head(self.model.norm(hidden))
-        norm = self.model.norm
-        _, hidden = triton_fused.add_rmsnorm_(hidden, residual.index_select(0, logits_rows), norm.weight,
-                                              norm.variance_epsilon)
-        return self.lm_head(hidden)
 
 
 def fusable_layers(config: ModelConfig, device: torch.device, dtype: torch.dtype) -> bool:

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import torch
 
-from batchtop.core_engine.model.llama import AttentionBatch
+from batchtop.core_engine.model.attention_batch import AttentionBatch
 from batchtop.gpu_kernels.attention import AttentionBackend
 
 

@@ -10,7 +10,7 @@ import torch
 from batchtop.core_engine.config import EngineConfig
 from batchtop.core_engine.device import DTYPES
 from batchtop.core_engine.model.weights import load_model
-from batchtop.core_engine.model.llama import AttentionBatch, PrefillChunk, VarlenRows
+from batchtop.core_engine.model.attention_batch import AttentionBatch, PrefillChunk, VarlenRows
 from batchtop.core_engine.model.parameters import build_model
 from batchtop.core_engine.sched.request import Sequence
 from batchtop.core_engine.worker.decode_graphs import DecodeGraphs, bucket_sizes

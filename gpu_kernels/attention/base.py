@@ -13,7 +13,7 @@ from batchtop.gpu_kernels.attention.prefill_plan import PrefillPlan, plan_prefil
 
 
 class StepBatch(Protocol):
-    """What a backend reads of a step: core_engine/model/llama.py's AttentionBatch, which the runner
+    """What a backend reads of a step: core_engine/model/attention_batch.py's AttentionBatch, which the runner
     builds (gpu_kernels never imports the engine)."""
 
     kv_caches: list[tuple[torch.Tensor, torch.Tensor]]

@@ -11,8 +11,9 @@ import torch
 import torch.nn.functional as F
 
 from batchtop.core_engine.config import preset
-from batchtop.core_engine.model.llama import (AttentionBatch, DecoderLayer, VarlenRows, fusable_layers,
-                                              LlamaForCausalLM, rope_cos_sin, rope_inv_freq)
+from batchtop.core_engine.model.attention_batch import AttentionBatch, VarlenRows
+from batchtop.core_engine.model.llama import (DecoderLayer, fusable_layers, LlamaForCausalLM, rope_cos_sin,
+                                              rope_inv_freq)
 from batchtop.core_engine.model.parameters import init_weights
 from batchtop.core_engine.model.packed_linear import PackedLinear, packing
 from batchtop.gpu_kernels import cpu_kernels

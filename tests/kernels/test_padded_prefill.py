@@ -12,7 +12,7 @@ import torch
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from batchtop.gpu_kernels import gather_kv, prefill_attention, store_kv
-from batchtop.core_engine.model.llama import PrefillChunk
+from batchtop.core_engine.model.attention_batch import PrefillChunk
 from batchtop.gpu_kernels.attention import plan_prefill
 from batchtop.gpu_kernels.attention.padded_sdpa import padded_prefill_attention
 

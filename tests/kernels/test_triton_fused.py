@@ -106,7 +106,8 @@ def test_rope_and_store_kv_matches_apply_rope_then_store_kv(interpret, dtype, q_
 def tiny_model_and_decode_batch(config, rows: list[int], seed: int = 0):
     """A float32 model with random weights (norms and biases away from their trivial values) and a decode
     step of one row per context length in `rows`, over shuffled blocks of a pool of random K/V."""
-    from batchtop.core_engine.model.llama import AttentionBatch, LlamaForCausalLM
+    from batchtop.core_engine.model.attention_batch import AttentionBatch
+    from batchtop.core_engine.model.llama import LlamaForCausalLM
     from batchtop.core_engine.model.parameters import init_weights
     torch.manual_seed(seed)
     model = LlamaForCausalLM(config)
@@ -138,12 +139,12 @@ FUSED_CONFIGS = {
 
 @pytest.mark.parametrize("config", FUSED_CONFIGS.values(), ids=FUSED_CONFIGS.keys())
 def test_the_model_on_the_fused_kernels_gives_the_reference_logits_and_pool(interpret, config):
-    from batchtop.core_engine.model import llama
+    from batchtop.core_engine.model import llama_triton
     model, positions, batch = tiny_model_and_decode_batch(config, [1, 6, 13, 30])
     ids = torch.tensor([3, 100, 7, 42])
     rows = torch.arange(4)
     fused_batch = batch()
-    assert llama.fused_on_triton(torch.zeros(1)) and fused_batch.backend.name == "triton_cuda"
+    assert llama_triton.fused_on_triton(torch.zeros(1)) and fused_batch.backend.name == "triton_cuda"
     pools_before = [(k.clone(), v.clone()) for k, v in fused_batch.kv_caches]
     got = model(ids, positions, fused_batch, rows)
     pools_fused = [(k.clone(), v.clone()) for k, v in fused_batch.kv_caches]
@@ -152,7 +153,7 @@ def test_the_model_on_the_fused_kernels_gives_the_reference_logits_and_pool(inte
         v.copy_(v0)
     with pytest.MonkeyPatch.context() as m:
         m.delenv("TRITON_INTERPRET")
-        assert not llama.fused_on_triton(torch.zeros(1))
+        assert not llama_triton.fused_on_triton(torch.zeros(1))
         want = model(ids, positions, batch(), rows)
     torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
     for (k, v), (k1, v1) in zip(fused_batch.kv_caches, pools_fused):
@@ -211,7 +212,7 @@ class KernelCount(TorchDispatchMode):
 
 def test_a_decoder_layer_on_the_triton_path_launches_9_kernels_where_it_launched_17(interpret, monkeypatch):
     """One steady-state decode step of a middle layer, with what CUDA would run (no CPU kernels)."""
-    from batchtop.core_engine.model import llama
+    from batchtop.core_engine.model import llama, llama_triton
     monkeypatch.setattr(llama, "fused_on_cpu", lambda *args: False)
     monkeypatch.setattr("batchtop.core_engine.model.packed_linear.packing", lambda *args: None)  # F.linear, as on CUDA
     config = preset("tiny")
@@ -219,7 +220,7 @@ def test_a_decoder_layer_on_the_triton_path_launches_9_kernels_where_it_launched
     layer = model.model.layers[1]
     x, residual = torch.randn(2, config.hidden_size), torch.randn(2, config.hidden_size)
     cos, sin = rope_cos_sin(positions, rope_inv_freq(config), torch.float32)
-    rope = llama.RopeByPosition(model.rope_table(x.device), positions)
+    rope = llama_triton.RopeByPosition(llama_triton.rope_table(model, x.device), positions)
     counts = {}
     for path in ("op_by_op", "fused"):
         step = batch()
@@ -231,7 +232,7 @@ def test_a_decoder_layer_on_the_triton_path_launches_9_kernels_where_it_launched
             if path == "op_by_op":  # the layer's input is hidden + residual, summed by the layer before
                 layer(x + residual, cos, sin, step)
             else:
-                layer.forward_triton(hidden, stream, rope, step)
+                llama_triton.decoder_layer(layer, hidden, stream, rope, step)
         counts[path] = mode.kernels
     # op by op, 17: the previous layer's residual add and this RMSNorm apart, RoPE as three kernels (its cos/sin
     # tables rebuilt every step besides, outside the layer), the K/V write as two index copies, SiLU and mul
