@@ -19,24 +19,28 @@ def _bits(model: ModelConfig, element_bytes: float) -> tuple[float, float, float
     return dense, dense, dense
 
 
+def _layers_and_norm(model: ModelConfig, element_bytes: float, layer_bits: float) -> float:
+    """Every decoder layer's weights (its matrices at layer_bits, its norms and biases in the dtype) and
+    the final norm."""
+    matmul = model.layer_matmul_params()
+    vectors = model.layer_params() - matmul
+    return model.num_hidden_layers * (matmul * layer_bits / 8 + vectors * element_bytes) \
+        + model.hidden_size * element_bytes
+
+
 def step_weight_bytes(model: ModelConfig, element_bytes: float) -> float:
     """Weights one forward step reads: every layer's, the final norm and the lm_head (a tied lm_head is the
     embedding's matrix, read once by the lm_head; the embedding's looked-up rows are negligible)."""
     layers, _, head = _bits(model, element_bytes)
-    h, v, n = model.hidden_size, model.vocab_size, model.num_hidden_layers
-    matmul = model.layer_matmul_params()
-    vectors = model.layer_params() - matmul  # norms and biases: dtype
-    return n * (matmul * layers / 8 + vectors * element_bytes) + h * v * head / 8 + h * element_bytes
+    return _layers_and_norm(model, element_bytes, layers) + model.hidden_size * model.vocab_size * head / 8
 
 
 def stored_weight_bytes(model: ModelConfig, element_bytes: float) -> float:
     """Every weight held in memory: the embedding, the layers, the final norm, an untied lm_head."""
     layers, embed, head = _bits(model, element_bytes)
-    h, v, n = model.hidden_size, model.vocab_size, model.num_hidden_layers
-    matmul = model.layer_matmul_params()
-    vectors = model.layer_params() - matmul
-    lm_head = 0.0 if model.tie_word_embeddings else h * v * head / 8
-    return h * v * embed / 8 + n * (matmul * layers / 8 + vectors * element_bytes) + h * element_bytes + lm_head
+    matrix = model.hidden_size * model.vocab_size
+    lm_head = 0.0 if model.tie_word_embeddings else matrix * head / 8
+    return matrix * embed / 8 + _layers_and_norm(model, element_bytes, layers) + lm_head
 
 
 def mean_bits_per_weight(model: ModelConfig, element_bytes: float) -> float:
