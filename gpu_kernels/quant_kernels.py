@@ -61,8 +61,15 @@ def usable(qtype_name: str) -> bool:
     """Whether linear_quant runs `qtype_name` here: the kernels built and loaded, the op in them, this CPU able."""
     if qtype_name not in QUANT_TYPES or not cpu_kernels.available():
         return False
-    ops = torch.ops.batchtop_cpu
-    return hasattr(ops, "linear_quant") and bool(ops.linear_quant_supported(QUANT_TYPES[qtype_name].ggml_id))
+    supported = _supported.get(qtype_name)
+    if supported is None:  # asked once the kernels are in: every step asks, and the answer cannot change
+        ops = torch.ops.batchtop_cpu
+        supported = hasattr(ops, "linear_quant") and bool(ops.linear_quant_supported(QUANT_TYPES[qtype_name].ggml_id))
+        _supported[qtype_name] = supported
+    return supported
+
+
+_supported: dict[str, bool] = {}  # type name -> whether the loaded kernels compute it
 
 
 _packs: dict[tuple, torch.Tensor] = {}  # (id, data_ptr, version, ggml id) of live blocks -> their pack
