@@ -18,6 +18,7 @@ import weakref
 from dataclasses import dataclass
 
 import torch
+from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
 
 from batchtop.gpu_kernels import cpu_kernels
 
@@ -33,20 +34,13 @@ class QuantType:
     def bits_per_weight(self) -> float:
         return 8 * self.block_bytes / self.block_size
 
-    def row_bytes(self, features: int) -> int:
-        """Bytes of one output feature's blocks over `features` inputs (a whole number of blocks)."""
-        if features % self.block_size:
-            raise ValueError(f"{self.name}: {features} features are not a whole number of {self.block_size}-weight blocks")
-        return features // self.block_size * self.block_bytes
+
+def _quant_type(name: str) -> QuantType:
+    kind = GGMLQuantizationType[name]
+    return QuantType(name, int(kind), *GGML_QUANT_SIZES[kind])  # the gguf package's own block table
 
 
-QUANT_TYPES: dict[str, QuantType] = {t.name: t for t in (
-    QuantType("Q4_0", 2, 32, 18),
-    QuantType("Q4_1", 3, 32, 20),
-    QuantType("Q8_0", 8, 32, 34),
-    QuantType("Q4_K", 12, 256, 144),
-    QuantType("Q6_K", 14, 256, 210),
-)}
+QUANT_TYPES: dict[str, QuantType] = {name: _quant_type(name) for name in ("Q4_0", "Q4_1", "Q8_0", "Q4_K", "Q6_K")}
 EPILOGUES = {"store": 0, "silu_mul": 1, "add_into": 2}
 
 

@@ -13,8 +13,10 @@ from __future__ import annotations
 import gguf
 import torch
 
-# The types a quantized run keeps as blocks; any other tensor type is dequantized to the run's dtype.
-BLOCK_TYPES = ("Q4_0", "Q4_1", "Q8_0", "Q4_K", "Q6_K")
+from batchtop.gpu_kernels.quant_kernels import QUANT_TYPES
+
+# The types a quantized run keeps as blocks (the kernels' types); any other is dequantized to the run's dtype.
+BLOCK_TYPES = tuple(QUANT_TYPES)
 
 
 def block_shape(type_name: str) -> tuple[int, int]:
