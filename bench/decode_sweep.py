@@ -29,9 +29,11 @@ def main() -> None:
     ap.add_argument("--context", type=int, default=128, help="tokens of context per sequence")
     ap.add_argument("--weights", default="auto", choices=("auto", "quantized", "dequantized"),
                     help="a GGUF model's weights (batchtop --weights)")
+    ap.add_argument("--dtype", default="auto", choices=("auto", "bfloat16", "float16", "float32"),
+                    help="activations and KV cache (batchtop --dtype)")
     args = ap.parse_args()
     batches = [int(b) for b in args.batches.split(",")]
-    config = resolve_config(model=args.model, weights=args.weights, max_num_seqs=max(batches),
+    config = resolve_config(model=args.model, weights=args.weights, dtype=args.dtype, max_num_seqs=max(batches),
                             max_num_batched_tokens=max(batches) * args.context, num_kv_blocks=8192)
     runner = None
     weights = weights_text(config.model, config.dtype)

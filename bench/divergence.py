@@ -2,6 +2,11 @@
 float32 on the file's dequantized weights (the file's exact math): each engine's token's rank there and
 the log-probability between the two. Ranks 1 and 2 a few hundredths of a nat apart say the difference
 is a near-tie that rounding flips, not a wrong model.
+
+And teacher-forced agreement: along the other engine's own answer, at how many positions batchtop's top
+token is the one that engine chose next. Free-running greedy agreement stops counting at the first
+near-tie either engine's rounding flips, and after it the two answers continue from different text; the
+teacher-forced count asks the same question at every position, each from the same context.
 """
 
 from __future__ import annotations
@@ -41,6 +46,42 @@ def first_differences(runner: ModelRunner, prompts: list[list[int]], ours: list[
     return found
 
 
+@dataclass(frozen=True)
+class Forced:
+    positions: int
+    agreeing: int  # positions where batchtop's top token is the other engine's next token
+    gap_nats_median: float  # at the others: log p(batchtop's top) - log p(their token), batchtop's own model
+    gap_nats_max: float
+
+    @property
+    def share(self) -> float:
+        return self.agreeing / self.positions if self.positions else 0.0
+
+    def as_dict(self) -> dict:
+        return {"positions": self.positions, "agreeing": self.agreeing, "share": self.share,
+                "gap_nats_median": self.gap_nats_median, "gap_nats_max": self.gap_nats_max}
+
+
+def forced_agreement(runner: ModelRunner, prompts: list[list[int]], answers: list[list[int]], n: int) -> Forced:
+    """Teacher-forced over the first n tokens of each answer: one forward of prompt + answer, its top token
+    after each prefix against the answer's next token."""
+    positions = agreeing = 0
+    gaps = []
+    for prompt, answer in zip(prompts, answers):
+        answer = answer[:n]
+        if not answer:
+            continue
+        logits = window_logits(runner, prompt + answer[:-1])[len(prompt) - 1:]
+        target = torch.tensor(answer)
+        top = logits.argmax(dim=-1)
+        positions += len(answer)
+        agreeing += int((top == target).sum())
+        logp = torch.log_softmax(logits, dim=-1)
+        missed = top != target
+        gaps += (logp.max(dim=-1).values - logp.gather(1, target[:, None]).squeeze(1))[missed].tolist()
+    return Forced(positions, agreeing, statistics.median(gaps) if gaps else 0.0, max(gaps, default=0.0))
+
+
 def summary(found: list[FirstDifference]) -> dict:
     """How many first differences; whose token was the reference's top one; how far apart the two were."""
     if not found:
@@ -57,3 +98,10 @@ def explain(gguf: str, prompts: list[list[int]], ours: list[list[int]], theirs: 
     longest = max(len(p) for p in prompts) + n
     runner = ModelRunner(engine_config(gguf, "float32", longest, "dequantized"))
     return summary(first_differences(runner, prompts, ours, theirs, n))
+
+
+def forced(gguf: str, prompts: list[list[int]], answers: list[list[int]], n: int, dtype: str,
+           weights: str | None) -> Forced:
+    """forced_agreement under batchtop's model as the server ran it (its dtype and weights)."""
+    longest = max(len(p) for p in prompts) + n
+    return forced_agreement(ModelRunner(engine_config(gguf, dtype, longest, weights)), prompts, answers, n)

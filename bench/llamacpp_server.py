@@ -13,6 +13,7 @@ import os
 import signal
 import subprocess
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 
 SDIST = "llama-cpp-python==0.3.36"
@@ -38,10 +39,12 @@ def start(command: list[str], log: Path, env: dict[str, str]) -> subprocess.Pope
                                 preexec_fn=die_with_parent)
 
 
-def llama_server_command(binary: Path, gguf: Path, port: int, slots: int, threads: int) -> list[str]:
-    """-np slots continuous-batching slots sharing -c slots*1024 tokens of context: 1024 each."""
+def llama_server_command(binary: Path, gguf: Path, port: int, slots: int, threads: int,
+                         extra: Sequence[str] = ()) -> list[str]:
+    """-np slots continuous-batching slots sharing -c slots*1024 tokens of context: 1024 each; extra: more
+    of llama-server's options."""
     return [str(binary), "-m", str(gguf), "-np", str(slots), "-c", str(slots * 1024), "-t", str(threads),
-            "-tb", str(threads), "--host", "127.0.0.1", "--port", str(port), "--metrics", "--slots"]
+            "-tb", str(threads), "--host", "127.0.0.1", "--port", str(port), "--metrics", "--slots", *extra]
 
 
 def batchtop_server_command(gguf: Path, port: int, slots: int, weights: str | None, dtype: str = "auto") -> list[str]:

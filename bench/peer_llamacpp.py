@@ -17,7 +17,11 @@ rounds alternate which engine goes first. Reported: generated tok/s over the pas
 as the client saw them (medians over rounds), batchtop / llama.cpp, and greedy agreement on the first
 --agreement-tokens tokens of the first --agreement-questions answers (EOS not ignored: an answer ends
 at its end-of-turn token, which both include); at each first difference, how close a call it was under
-batchtop's model in float32 on the file's dequantized weights (bench/divergence.py).
+batchtop's model in float32 on the file's dequantized weights (bench/divergence.py). The yardstick is
+llama.cpp against itself: a second llama.cpp server with -fa off (its other exact attention kernel) gives
+its answers the same way. Then teacher-forced agreement along llama.cpp's answers, position by position
+from llama.cpp's own text: batchtop's model as the server ran it, the float32 exact math, and the -fa off
+server asked for one token after each prefix.
 
 llama.cpp spins its threads and suffers more than most from a loaded host: time it on a quiet machine.
 """
@@ -46,6 +50,9 @@ from token_agreement import agreement
 from vllm_bench_serve import free_port, stop, tail, wait_ready
 
 ENGINES = ("batchtop", "llama.cpp")
+# llama.cpp's own switch between two exact attention kernels: how far llama.cpp agrees with itself
+CALIBRATION = ("-fa", "off")
+CALIBRATION_NAME = "llama.cpp -fa off"
 WARMUP_TOKENS = 8
 ROWS = [("generated tok/s", "tok_s", 1.0, "{:.1f}"), ("TTFT p50 ms", "ttft_p50_s", 1e3, "{:.1f}"),
         ("TTFT p90 ms", "ttft_p90_s", 1e3, "{:.1f}"), ("TPOT p50 ms", "tpot_p50_s", 1e3, "{:.2f}"),
@@ -118,11 +125,13 @@ def chat_messages(n: int) -> list[list[dict]]:
 
 
 @contextmanager
-def serving(name: str, args: argparse.Namespace, work: Path, label: str) -> Iterator[Engine]:
-    """One engine's server on a free loopback port, ready; stopped on the way out, however it is left."""
+def serving(name: str, args: argparse.Namespace, work: Path, label: str,
+            extra: tuple[str, ...] = ()) -> Iterator[Engine]:
+    """One engine's server on a free loopback port, ready; stopped on the way out, however it is left.
+    extra: more llama-server options."""
     port = free_port()
     if name == "llama.cpp":
-        command = llama_server_command(args.llama_server, args.gguf, port, args.slots, args.threads)
+        command = llama_server_command(args.llama_server, args.gguf, port, args.slots, args.threads, extra)
     else:
         command = batchtop_server_command(args.gguf, port, args.slots, args.batchtop_weights, args.batchtop_dtype)
     log = work / f"{name}-{label}.log"
@@ -166,13 +175,53 @@ def run(args: argparse.Namespace, work: Path) -> dict:
     median = medians(runs)
     result.update(runs=runs, median=median, ratio=ratios(median))
     if greedy:
+        questions = prompts[:args.agreement_questions]
+        with serving("llama.cpp", args, work, "calibration", CALIBRATION) as engine:
+            greedy[CALIBRATION_NAME] = [a.tokens for a in run_pass(engine, questions, args.agreement_tokens,
+                                                                   ignore_eos=False, batch=args.slots).answers]
+            result["llamacpp_self_forced"] = forced_by_server(engine, questions, greedy["llama.cpp"],
+                                                              args.agreement_tokens, args.slots)
         result["agreement"] = agreement(list(zip(greedy["batchtop"], greedy["llama.cpp"])),
                                         args.agreement_tokens).as_dict()
+        result["llamacpp_self_agreement"] = agreement(list(zip(greedy[CALIBRATION_NAME], greedy["llama.cpp"])),
+                                                      args.agreement_tokens).as_dict()
         result["greedy_tokens"] = greedy
-        from divergence import explain  # loads the model in this process: only now, with the servers stopped
-        result["first_differences"] = explain(str(args.gguf), prompts[:args.agreement_questions], greedy["batchtop"],
-                                              greedy["llama.cpp"], args.agreement_tokens)
+        from divergence import explain, forced  # loads the model in this process: only now, with the servers stopped
+        result["first_differences"] = explain(str(args.gguf), questions, greedy["batchtop"], greedy["llama.cpp"],
+                                              args.agreement_tokens)
+        result["teacher_forced"] = forced(str(args.gguf), questions, greedy["llama.cpp"], args.agreement_tokens,
+                                          args.batchtop_dtype, args.batchtop_weights).as_dict()
+        result["teacher_forced_exact"] = forced(str(args.gguf), questions, greedy["llama.cpp"], args.agreement_tokens,
+                                                "float32", "dequantized").as_dict()
     return result
+
+
+def forced_by_server(engine: Engine, prompts: list[list[int]], answers: list[list[int]], n: int, slots: int) -> dict:
+    """Teacher-forced on a server: after each prefix of each answer (its first n tokens), one greedy token,
+    counted where it is the answer's next."""
+    contexts, targets = [], []
+    for prompt, answer in zip(prompts, answers):
+        for j, token in enumerate(answer[:n]):
+            contexts.append(prompt + answer[:j])
+            targets.append(token)
+    got = [a.tokens[:1] for a in run_pass(engine, contexts, 1, ignore_eos=False, batch=slots).answers]
+    agreeing = sum(g == [t] for g, t in zip(got, targets))
+    return {"positions": len(targets), "agreeing": agreeing, "share": agreeing / len(targets) if targets else 0.0}
+
+
+def calibration_lines(result: dict) -> list[str]:
+    """llama.cpp against itself, and the teacher-forced counts."""
+    switch = " ".join(CALIBRATION)
+    own = result["llamacpp_self_agreement"]
+    forced_, exact, own_forced = (result[k] for k in ("teacher_forced", "teacher_forced_exact", "llamacpp_self_forced"))
+    return [f"llama.cpp against itself, {switch} vs its default (flash attention auto), the same way: prefix "
+            f"{own['prefix_agreeing']} / {own['tokens']} = {own['prefix_share']:.1%}; position by position "
+            f"{own['positional_share']:.1%}; {own['identical_answers']} answers identical",
+            f"teacher-forced along llama.cpp's answers (each position from llama.cpp's own context): batchtop's top "
+            f"token is llama.cpp's next at {forced_['agreeing']} / {forced_['positions']} = {forced_['share']:.1%} (at "
+            f"the others llama.cpp's token is {forced_['gap_nats_median']:.3f} nats below it, median; max "
+            f"{forced_['gap_nats_max']:.3f}); the file's exact math (float32, dequantized) {exact['share']:.1%}; "
+            f"llama.cpp {switch} {own_forced['share']:.1%}"]
 
 
 def report(args: argparse.Namespace, result: dict) -> str:
@@ -194,6 +243,7 @@ def report(args: argparse.Namespace, result: dict) -> str:
                          f"is batchtop's {diff['ours_top']} times and llama.cpp's {diff['theirs_top']} times (worst rank "
                          f"of either: {diff['max_rank']}); the two tokens' log-probabilities there differ by "
                          f"{diff['gap_nats_median']:.3f} nats (median; max {diff['gap_nats_max']:.3f})")
+        lines += calibration_lines(result)
         lines.append(f"chat template: llama.cpp's own rendering gives our prompt ids for {result['template_same_ids']}"
                      f" of {found['answers']} questions")
     return "\n".join(lines)

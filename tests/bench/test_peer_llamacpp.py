@@ -57,6 +57,18 @@ def test_the_table_takes_each_engines_median_over_rounds_and_the_ratio_batchtop_
     assert lines[5].split()[-3:] == ["-", "-", "-"]
 
 
+def test_the_report_sets_batchtops_agreement_beside_llamacpps_against_itself_free_running_and_teacher_forced():
+    pairs = [([1, 2, 3, 4], [1, 2, 9, 9]), ([5, 6, 7, 8], [5, 6, 7, 8])]
+    result = {"llamacpp_self_agreement": agreement(pairs, 4).as_dict(),
+              "teacher_forced": {"agreeing": 7, "positions": 8, "share": 7 / 8, "gap_nats_median": 0.1,
+                                 "gap_nats_max": 0.2},
+              "teacher_forced_exact": {"share": 1.0}, "llamacpp_self_forced": {"share": 0.75}}
+    own, forced = peer_llamacpp.calibration_lines(result)
+    assert "-fa off vs its default" in own and "prefix 6 / 8 = 75.0%" in own and "1 answers identical" in own
+    assert "llama.cpp's next at 7 / 8 = 87.5%" in forced and "exact math (float32, dequantized) 100.0%" in forced
+    assert forced.endswith("llama.cpp -fa off 75.0%")
+
+
 def test_a_missing_llama_server_is_named_and_exits_2(tmp_path, capsys):
     missing = tmp_path / "no-such-llama-server"
     assert peer_llamacpp.main(["--llama-server", str(missing), "--gguf", __file__]) == 2
@@ -92,3 +104,17 @@ def test_the_client_streams_batchtops_greedy_tokens_as_the_engine_makes_them_off
     assert timed.generated == 18
     for a in timed.answers:
         assert a.sent < a.arrivals[0] <= a.arrivals[-1] and a.ttft_s > 0 and a.tpot_s >= 0
+
+
+def test_teacher_forcing_a_server_along_its_own_greedy_answers_agrees_everywhere_and_a_changed_token_is_caught():
+    prompts = [[5, 9, 13], [300, 2]]
+    with serving() as server:
+        engine = BatchtopEngine("batchtop", server.url)
+        answers = [a.tokens for a in run_pass(engine, prompts, 5).answers]
+        assert peer_llamacpp.forced_by_server(engine, prompts, answers, 5, slots=4) == {
+            "positions": 10, "agreeing": 10, "share": 1.0}
+        # another engine's answer: the runner-up-like token at position 2, then greedy from its own text
+        turned = answers[0][:2] + [(answers[0][2] + 1) % 512]
+        turned += run_pass(engine, [prompts[0] + turned], 2).answers[0].tokens
+        found = peer_llamacpp.forced_by_server(engine, prompts, [turned, answers[1]], 5, slots=4)
+    assert found["agreeing"] == 9  # only the turned position: each later one is asked from that answer's text

@@ -76,3 +76,22 @@ def test_a_first_difference_is_scored_by_the_rank_and_gap_of_the_other_engines_t
     assert found[0].gap_nats == pytest.approx((logp[ours[2]] - logp[second]).item())
     counts = divergence.summary(found)
     assert (counts["ours_top"], counts["theirs_top"], counts["max_rank"]) == (1, 0, 2)
+
+
+def test_teacher_forced_agreement_counts_each_position_from_the_other_engines_own_context():
+    runner = ModelRunner(tiny_config())
+    prompt = [3, 14, 15]
+    greedy = []
+    for _ in range(5):
+        greedy.append(int(bench.window_logits(runner, prompt + greedy)[-1].argmax()))
+    runner_up = int(bench.window_logits(runner, prompt + greedy[:1])[-1].topk(2).indices[1])
+    # the other engine took the runner-up at position 1 and then went on from its own text: every later
+    # position is scored after that text, so the engine's own greedy choices from there agree
+    theirs = greedy[:1] + [runner_up]
+    for _ in range(3):
+        theirs.append(int(bench.window_logits(runner, prompt + theirs)[-1].argmax()))
+    found = divergence.forced_agreement(runner, [prompt, prompt], [theirs, greedy], n=5)
+    assert (found.positions, found.agreeing) == (10, 9)
+    logp = torch.log_softmax(bench.window_logits(runner, prompt + greedy[:1])[-1], -1)
+    assert found.gap_nats_max == pytest.approx((logp.max() - logp[runner_up]).item(), rel=1e-5)
+    assert divergence.forced_agreement(runner, [prompt], [theirs], n=1).agreeing == 1  # only the first n count
