@@ -56,6 +56,18 @@ class ReadRate:
         return self.src.numel() * 4 / self.best / 1e9
 
 
+def kernel_ops(library: Path | None, who: str):
+    """torch.ops.batchtop_cpu from a library built elsewhere (--library), else batchtop's own kernels;
+    SystemExit naming `who` where they are unavailable."""
+    if library:
+        torch.ops.load_library(str(library))
+    else:
+        from batchtop.gpu_kernels import cpu_kernels
+        if not cpu_kernels.linear_bf16_usable():
+            raise SystemExit(f"{who}: the CPU kernels are unavailable: {cpu_kernels.why_unavailable()}")
+    return torch.ops.batchtop_cpu
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--gguf", type=Path, default=DEFAULT_GGUF)
@@ -65,13 +77,7 @@ def main() -> None:
     parser.add_argument("--library", type=Path, help="a built batchtop_cpu_kernels .so to load instead")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
-    if args.library:
-        torch.ops.load_library(str(args.library))
-    else:
-        from batchtop.gpu_kernels import cpu_kernels
-        if not cpu_kernels.linear_bf16_usable():
-            raise SystemExit(f"linear_quant bench: the CPU kernels are unavailable: {cpu_kernels.why_unavailable()}")
-    ops = torch.ops.batchtop_cpu
+    ops = kernel_ops(args.library, "linear_quant bench")
     import gguf.quants
     from gguf.constants import GGMLQuantizationType
 

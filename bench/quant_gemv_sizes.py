@@ -5,10 +5,11 @@
 SmolLM2-135M's decode step makes 121 GEMM calls of 0.2-1.1 MB (qkv, o, gate_up, down in each of 30 layers)
 and one of 30 MB (the lm_head). For each width N (K = 576, SmolLM2's hidden size) the bench makes as many
 distinct matrices as stream --total-mb together (larger than the last-level cache: every call reads from
-memory), calls linear_quant on each in turn, and prints the GB/s of the fastest pass; the last column is a
-2-thread torch sum over 256 MiB timed after each round, the machine's read rate in that round. A least-squares
-line through time per call against bytes per call splits the cost into a fixed part per call (Python
-dispatch of the op included, about 2 us here) and the rate the bytes stream at.
+memory), calls linear_quant on each in turn, and prints the GB/s of the fastest pass. The read column is
+a torch sum over 256 MiB timed after each round: the best read rate of the rounds so far
+(linear_quant.ReadRate). A least-squares line through time per call against bytes per call splits the
+cost into a fixed part per call (Python dispatch of the op included, about 2 us here) and the rate the
+bytes stream at.
 --library loads a kernel library built elsewhere (a development build) instead of batchtop's own.
 """
 
@@ -19,6 +20,8 @@ import time
 from pathlib import Path
 
 import torch
+
+from linear_quant import ReadRate, kernel_ops  # bench/
 
 K = 576
 WIDTHS = (192, 576, 1536, 3072, 12288, 49152)  # k/v, q/o, up/gate, gate_up, 4x, the lm_head's rows
@@ -31,11 +34,6 @@ def random_blocks(n: int) -> torch.Tensor:
     view = blocks.view(n, K // 32, BLOCK_BYTES)
     view[:, :, 0], view[:, :, 1], view[:, :, 2], view[:, :, 3] = 0, 0x20, 0, 0x20
     return blocks
-
-
-def read_rate(src: torch.Tensor) -> float:
-    best = min(timed(src.sum) for _ in range(5))
-    return src.numel() * src.element_size() / best / 1e9
 
 
 def timed(fn) -> float:
@@ -61,15 +59,9 @@ def main() -> None:
     parser.add_argument("--library", type=Path, help="a built batchtop_cpu_kernels .so to load instead")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
-    if args.library:
-        torch.ops.load_library(str(args.library))
-    else:
-        from batchtop.gpu_kernels import cpu_kernels
-        if not cpu_kernels.linear_bf16_usable():
-            raise SystemExit(f"quant_gemv_sizes: the CPU kernels are unavailable: {cpu_kernels.why_unavailable()}")
-    ops = torch.ops.batchtop_cpu
+    ops = kernel_ops(args.library, "quant_gemv_sizes")
     torch.manual_seed(0)
-    src = torch.ones(256 << 18)
+    read = ReadRate()
     x = torch.randn(1, K).to(torch.bfloat16)
     print(f"{args.threads} thread(s); Q4_1, K = {K}, {args.total_mb:.0f} MB a pass; GB/s of the best pass per size")
     sizes = "".join(f"{n * K // 32 * BLOCK_BYTES / 1e3:>7.0f} KB" for n in WIDTHS)
@@ -92,7 +84,8 @@ def main() -> None:
             points.append((per_call, best / count))
             del weights
         fixed_s, rate = fit(points[:-1])  # the small calls, where the fixed part shows; the 30 MB one dwarfs them
-        print("".join(cells) + f"   {read_rate(src):9.1f}   {fixed_s * 1e6:13.1f}   {rate / 1e9:4.1f}", flush=True)
+        read.round()
+        print("".join(cells) + f"   {read.gbps():9.1f}   {fixed_s * 1e6:13.1f}   {rate / 1e9:4.1f}", flush=True)
 
 
 if __name__ == "__main__":
