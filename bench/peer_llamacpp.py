@@ -186,13 +186,16 @@ def run(args: argparse.Namespace, work: Path) -> dict:
         result["llamacpp_self_agreement"] = agreement(list(zip(greedy[CALIBRATION_NAME], greedy["llama.cpp"])),
                                                       args.agreement_tokens).as_dict()
         result["greedy_tokens"] = greedy
-        from divergence import explain, forced  # loads the model in this process: only now, with the servers stopped
-        result["first_differences"] = explain(str(args.gguf), questions, greedy["batchtop"], greedy["llama.cpp"],
-                                              args.agreement_tokens)
-        result["teacher_forced"] = forced(str(args.gguf), questions, greedy["llama.cpp"], args.agreement_tokens,
-                                          args.batchtop_dtype, args.batchtop_weights).as_dict()
-        result["teacher_forced_exact"] = forced(str(args.gguf), questions, greedy["llama.cpp"], args.agreement_tokens,
-                                                "float32", "dequantized").as_dict()
+        # the models load in this process: only now, with the servers stopped; the exact math's serves both
+        # the first differences and its teacher-forced count
+        from divergence import explain, forced_agreement, runner_for
+        n, theirs = args.agreement_tokens, greedy["llama.cpp"]
+        exact = runner_for(str(args.gguf), questions, n)
+        result["first_differences"] = explain(exact, questions, greedy["batchtop"], theirs, n)
+        result["teacher_forced_exact"] = forced_agreement(exact, questions, theirs, n).as_dict()
+        del exact
+        served = runner_for(str(args.gguf), questions, n, args.batchtop_dtype, args.batchtop_weights)
+        result["teacher_forced"] = forced_agreement(served, questions, theirs, n).as_dict()
     return result
 
 
