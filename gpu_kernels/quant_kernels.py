@@ -9,7 +9,8 @@ way. `QUANT_TYPES` names the five block formats it reads.
 Q4_0, Q4_1 and Q8_0 run (on AVX-512 VNNI) from a repack of the blocks, 16 output columns interleaved
 (csrc/quant_repack.h), built on a matrix's first use and cached by the blocks' identity, storage and version
 (`pack`): the pack is held beside the file's blocks, a second copy of about the same size, for as long as
-the blocks live. The other types (and other CPUs) read the blocks as they are.
+the blocks live, on memory advised for huge pages (huge_pages.py). The other types (and other CPUs) read
+the blocks as they are.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from dataclasses import dataclass
 import torch
 from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
 
-from batchtop.gpu_kernels import cpu_kernels
+from batchtop.gpu_kernels import cpu_kernels, huge_pages
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,9 +89,28 @@ def pack(blocks: torch.Tensor, qtype_name: str) -> torch.Tensor:
         packed = torch.ops.batchtop_cpu.pack_linear_quant(blocks.detach(), qtype.ggml_id)
         if packed is blocks or packed.data_ptr() == blocks.data_ptr():
             return blocks
+        packed = huge_pages.place(packed)
         _packs[key] = packed
         weakref.finalize(blocks, _packs.pop, key, None)
     return packed
+
+
+EMBEDDED = ("Q4_0", "Q4_1", "Q8_0")  # the types quant_embedding dequantizes
+
+
+def embeds(qtype_name: str, dtype: torch.dtype) -> bool:
+    """Whether quant_embedding looks up rows of `qtype_name` blocks in `dtype` here (the kernels loaded)."""
+    return (qtype_name in EMBEDDED and dtype in (torch.bfloat16, torch.float32) and cpu_kernels.available()
+            and hasattr(torch.ops.batchtop_cpu, "quant_embedding"))
+
+
+def quant_embedding(blocks: torch.Tensor, ids: torch.Tensor, qtype_name: str, dtype: torch.dtype) -> torch.Tensor:
+    """Rows `ids` (T,) of the (N, row_bytes) block matrix dequantized to (T, K) `dtype`: in one op the bits
+    core_engine/model/quant_blocks.dequantize gives, rounded to `dtype` (a step's token embeddings)."""
+    qtype = quant_type(qtype_name)
+    out = torch.empty(ids.shape[0], blocks.shape[1] // qtype.block_bytes * qtype.block_size, dtype=dtype)
+    torch.ops.batchtop_cpu.quant_embedding(out, blocks, ids.contiguous().long(), qtype.ggml_id)
+    return out
 
 
 def linear_quant(x: torch.Tensor, blocks: torch.Tensor, qtype_name: str, bias: torch.Tensor | None,

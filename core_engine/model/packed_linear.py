@@ -28,7 +28,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from batchtop.gpu_kernels import cpu_kernels
+from batchtop.gpu_kernels import cpu_kernels, huge_pages
 
 MKL_PACK_ROWS = 256  # MKL's packing hint, and the most rows the packed sgemm is used for
 # Fewer rows than this are padded with zero rows for the bf16 GEMM: oneDNN (3.12, AVX512_BF16 without
@@ -104,7 +104,8 @@ class PackedLinear(nn.Linear):
         weight = self.weight
         key = (kind, *weight_key(weight))
         if self._packed is None or self._packed_key != key:
-            self._packed = PACKERS[kind](weight.detach(), self.half(kind))
+            packed = PACKERS[kind](weight.detach(), self.half(kind))
+            self._packed = huge_pages.place(packed) if kind == "batchtop" else packed
             self._packed_key = key
         return self._packed
 

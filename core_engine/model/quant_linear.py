@@ -20,7 +20,7 @@ from torch import nn
 
 from batchtop.core_engine.model.packed_linear import parameter_registrations
 from batchtop.core_engine.model.quant_blocks import dequantize, ggml_id
-from batchtop.gpu_kernels import cpu_kernels, quant_kernels
+from batchtop.gpu_kernels import cpu_kernels, huge_pages, quant_kernels
 
 
 CHUNK_WEIGHTS = 1 << 22  # weights the reference dequantizes at once (16 MB of float32), whatever the matrix
@@ -75,6 +75,7 @@ class QuantLinear(nn.Module):
         super().__init__()
         self.owned = tuple(not isinstance(b, nn.Parameter) for _, b in parts)
         self.repacked = [False] * len(parts)  # blocks[i] holds the kernels' repack, not the file's blocks
+        self.placed = [False] * len(parts)  # blocks[i], read by the kernels as they are, moved to huge pages
         self.in_features = in_features
         self.types = tuple(t for t, _ in parts)
         self.splits = tuple(b.shape[0] for _, b in parts)
@@ -108,6 +109,10 @@ class QuantLinear(nn.Module):
         if packed is not blocks and self.owned[i]:
             self.blocks[i] = nn.Parameter(packed, requires_grad=False)
             self.repacked[i] = True
+        elif packed is blocks and self.owned[i] and not self.placed[i]:  # read in place: on huge pages too
+            packed = huge_pages.place(blocks)
+            self.blocks[i] = nn.Parameter(packed, requires_grad=False)
+            self.placed[i] = True
         return packed
 
     def _interim_weight(self, i: int, dtype: torch.dtype) -> torch.Tensor:
@@ -150,8 +155,12 @@ class QuantEmbedding(nn.Module):
         self.dtype = dtype
 
     def forward(self, ids: torch.Tensor) -> torch.Tensor:
-        rows = dequantize(self.blocks.index_select(0, ids.reshape(-1)), self.type_name)
-        return rows.to(self.dtype).reshape(*ids.shape, self.embedding_dim)
+        flat = ids.reshape(-1)
+        if flat.device.type == "cpu" and quant_kernels.embeds(self.type_name, self.dtype):
+            rows = quant_kernels.quant_embedding(self.blocks, flat, self.type_name, self.dtype)
+        else:
+            rows = dequantize(self.blocks.index_select(0, flat), self.type_name).to(self.dtype)
+        return rows.reshape(*ids.shape, self.embedding_dim)
 
 
 # The C++ decoder layer (decoder_layers_bf16): which linears it can take, and what to pass for each.

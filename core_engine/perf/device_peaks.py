@@ -26,6 +26,7 @@ import torch
 
 from batchtop.core_engine.device import DTYPES, cpu_flags, cpu_has_native_bf16, device_name
 from batchtop.core_engine.perf.kernel_peaks import KERNELS_SOURCE, kernel_peaks, kernels_for_roofs, kernels_in_use
+from batchtop.gpu_kernels import huge_pages
 
 T, G = 1e12, 1e9
 GIB = 1 << 30
@@ -142,8 +143,12 @@ def probe_mib() -> int:
 def measure_peaks(device: str, dtype: str, copy_mib: int | None = None, gemm_n: int = 2048) -> DevicePeaks:
     """STREAM-style copy bandwidth (bytes read + written) and square-GEMM FLOP/s in the model dtype."""
     copy_mib = copy_mib or probe_mib()
-    src = torch.ones(copy_mib * (1 << 20) // 4, dtype=torch.float32, device=device)
-    dst = torch.empty_like(src)
+    numel = copy_mib * (1 << 20) // 4
+    if device == "cpu":  # on the pages the CPU kernels' weights are placed on (gpu_kernels/huge_pages.py)
+        src, dst = huge_pages.empty((numel,), torch.float32).fill_(1), huge_pages.empty((numel,), torch.float32)
+    else:
+        src = torch.ones(numel, dtype=torch.float32, device=device)
+        dst = torch.empty_like(src)
     copy_s = _median_time(lambda: dst.copy_(src), device, 7)
     bandwidth = 2 * src.numel() * 4 / copy_s
     del src, dst

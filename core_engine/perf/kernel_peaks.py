@@ -75,11 +75,12 @@ def kernel_peaks(gemm_n: int = 2048, gemm_rows: tuple[int, ...] = (16, 64), gemv
 def gemv_probe(mib: int) -> Callable[[], float]:
     """linear_bf16's one-row GEMV over a weight of about `mib` MiB, built once; each call of what this
     returns times it (best of 7) and gives the bytes/s it streamed the weight at."""
-    from batchtop.gpu_kernels import cpu_kernels
+    from batchtop.gpu_kernels import cpu_kernels, huge_pages
     k = 4096
     n = max(64, mib * (1 << 20) // (2 * k) // 64 * 64)
     # one packed 64-row group repeated: the bytes a GEMV streams, without packing a 256 MiB weight
     group = cpu_kernels.pack_linear_bf16(torch.randn(64, k).to(torch.bfloat16))
-    packed = group.repeat(n // 64, *([1] * (group.dim() - 1)))
+    packed = huge_pages.empty((n // 64, *group.shape[1:]), group.dtype)  # where the step's packs are
+    packed.copy_(group.expand_as(packed))
     x = torch.randn(1, k).to(torch.bfloat16)
     return lambda: n * k * 2 / best_time(lambda: cpu_kernels.linear_bf16(x, packed, None, n), 7)

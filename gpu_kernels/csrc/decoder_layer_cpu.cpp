@@ -18,6 +18,10 @@
 // Each of a layer's four linears may instead be a GGUF-quantized block matrix (linear_quant_cpu.cpp), by
 // its ggml type id in linear_types; a quantized gate_up holds its gate rows then its up rows. The layer
 // is then bitwise the same ops run one by one with linear_quant in place of linear_bf16.
+//
+// A step of a few rows whose linears are all 16-column packs (Q4_0, Q4_1, Q8_0) runs as one team of
+// threads (run_team): one parallel region for every layer, the threads meeting at barriers between the
+// stages, where each stage would otherwise start and join a parallel region of its own.
 #include <ATen/EmptyTensor.h>
 #include <ATen/Parallel.h>
 #include <ATen/record_function.h>
@@ -25,6 +29,9 @@
 #include <algorithm>
 #include <cstring>
 #include <vector>
+#if defined(_OPENMP)
+#include <omp.h>
+#endif
 
 #include "cpu_vec.h"
 #include "fused_rows.h"
@@ -38,6 +45,7 @@ namespace {
 
 using bf16 = c10::BFloat16;
 constexpr int64_t GRAIN = 1 << 14;  // elements per parallel task: a decode step's rows stay on one thread
+constexpr int64_t TEAM_ROWS = 8;     // the most rows a step runs as one team (run_team)
 
 struct Packed {  // a PackedLinear's pack (type -1) or a GGUF block matrix (its ggml type), and its bias
   const at::Tensor& packed;
@@ -216,6 +224,96 @@ void run_layer(bf16* xp, const LayerWeights& w, at::Tensor& k_cache, at::Tensor&
   }
 }
 
+// Whether run_team computes this step: a few rows (a decode step of a few sequences), every linear a
+// pack linear_quant computes in shares, and threads to share them. Anything else runs layer by layer.
+bool team_runs(const std::vector<LayerWeights>& stack, int64_t rows, int64_t hidden, int64_t width) {
+#if defined(_OPENMP)
+  if (rows > TEAM_ROWS || at::get_num_threads() < 2 || at::in_parallel_region()) return false;
+  for (const LayerWeights& w : stack)
+    if (!linear_quant_shares(w.qkv.type, width, Epilogue::kStore) ||
+        !linear_quant_shares(w.o.type, hidden, Epilogue::kAddInto) ||
+        !linear_quant_shares(w.gate_up.type, 2 * gate_up_half(w.gate_up), Epilogue::kSiluMul) ||
+        !linear_quant_shares(w.down.type, hidden, Epilogue::kAddInto))
+      return false;
+  return true;
+#else
+  return false;
+#endif
+}
+
+// A thread's share of one of the layer's linears (run_team)
+void linear_share(const bf16* x, int64_t x_stride, int64_t rows, int64_t k, const Packed& w, int64_t n, bf16* out,
+                  int64_t out_stride, Epilogue epilogue, int64_t part, int64_t parts) {
+  const bf16* bias = w.bias && w.bias->defined() ? w.bias->data_ptr<bf16>() : nullptr;
+  linear_quant_share(QuantLinearArgs{x, x_stride, rows, w.packed.data_ptr<uint8_t>() + w.packed.size(1), k, n, w.type,
+                                     bias, out, out_stride, epilogue},
+                     part, parts);
+}
+
+// Every layer of a few-row step in one parallel region: the threads meet at a barrier between stages
+// where each GEMM and the attention would otherwise start and join a region of their own (1-2 us each,
+// 5 a layer); the attention splits each row's keys between the threads (paged_attention_team) where
+// run_layer's gives each thread whole (row, KV head) jobs, 2:1 for SmolLM2's 3 KV heads on 2 threads.
+// Each thread norms the rows for itself and quantizes them for its share of each linear; the rope and
+// the pool write are thread 0's. Every output element is computed by the same operations as in
+// run_layer: the same bits.
+void run_team(bf16* xp, const std::vector<LayerWeights>& stack, at::TensorList k_caches, at::TensorList v_caches,
+              const StepRows& s, Scratch& scratch) {
+#if defined(_OPENMP)
+  const int64_t rows = s.rows, hidden = s.hidden, kv_heads = k_caches[0].size(2), hd = k_caches[0].size(3);
+  const int64_t q_dim = s.num_heads * hd, width = q_dim + 2 * kv_heads * hd, inter = gate_up_half(stack[0].gate_up);
+  bf16* qkv_out = scratch.qkv.data_ptr<bf16>();
+  bf16* attn = scratch.attn.data_ptr<bf16>();
+  bf16* act = scratch.act.data_ptr<bf16>();
+  const at::Tensor q = scratch.qkv.narrow(1, 0, q_dim).view({rows, s.num_heads, hd});
+  const int64_t score_floats = paged_attention_team_scores(q, k_caches[0], s.context_lens);
+  std::vector<float> scores(std::max<int64_t>(score_floats, 0));
+  float* shared_scores = score_floats >= 0 ? scores.data() : nullptr;
+#pragma omp parallel num_threads(at::get_num_threads())
+  {
+    const int64_t part = omp_get_thread_num(), parts = omp_get_num_threads();
+    std::vector<bf16> own(rows * hidden);  // this thread's normed rows
+    for (size_t i = 0; i < stack.size(); ++i) {
+      const LayerWeights& w = stack[i];
+      {
+        RECORD_USER_SCOPE("fused.qkv_proj");  // recorded on the thread that holds the profiler: thread 0
+        norm_rows(own.data(), xp, w.input_norm, rows, hidden, s.eps);
+        linear_share(own.data(), hidden, rows, hidden, w.qkv, width, qkv_out, width, Epilogue::kStore, part, parts);
+#pragma omp barrier
+      }
+      if (part == 0) {
+        RECORD_USER_SCOPE("fused.rope_kv_write");
+        rope_and_store(qkv_out, rows, width, s.num_heads, kv_heads, hd, s.cos, s.sin, k_caches[i].data_ptr<bf16>(),
+                       v_caches[i].data_ptr<bf16>(), s.slots);
+      }
+#pragma omp barrier
+      {
+        RECORD_USER_SCOPE("fused.attention");
+        paged_attention_team(scratch.attn, q, k_caches[i], v_caches[i], s.block_tables, s.row_tables, s.context_lens,
+                             s.scale, part, parts, shared_scores);
+#pragma omp barrier
+      }
+      {
+        RECORD_USER_SCOPE("fused.o_proj_residual");
+        linear_share(attn, q_dim, rows, q_dim, w.o, hidden, xp, hidden, Epilogue::kAddInto, part, parts);
+#pragma omp barrier
+      }
+      {
+        RECORD_USER_SCOPE("fused.gate_up_silu");
+        norm_rows(own.data(), xp, w.post_norm, rows, hidden, s.eps);
+        linear_share(own.data(), hidden, rows, hidden, w.gate_up, 2 * inter, act, inter, Epilogue::kSiluMul, part, parts);
+#pragma omp barrier
+      }
+      {
+        RECORD_USER_SCOPE("fused.down_proj_residual");
+        linear_share(act, inter, rows, inter, w.down, hidden, xp, hidden, Epilogue::kAddInto, part, parts);
+#pragma omp barrier
+      }
+    }
+  }
+#endif
+}
+
 }  // namespace
 
 // The step's decoder layers in turn over x, in place: layer i reads weights [10 i, 10 i + 10) and its
@@ -274,6 +372,7 @@ void decoder_layers_bf16(at::Tensor x, const c10::List<c10::optional<at::Tensor>
   const StepRows step{rows, hidden, num_heads, cos.data_ptr<bf16>(), sin.data_ptr<bf16>(),
                       slot_mapping.data_ptr<int64_t>(), block_tables, tables_of_rows, context_lens, eps, scale};
   bf16* xp = x.data_ptr<bf16>();
+  if (team_runs(stack, rows, hidden, width)) return run_team(xp, stack, k_caches, v_caches, step, scratch);
   for (int64_t i = 0; i < layers; ++i) {
     at::Tensor k_cache = k_caches[i], v_cache = v_caches[i];
     run_layer(xp, stack[i], k_cache, v_cache, step, scratch);

@@ -131,15 +131,15 @@ void run_type(const QuantLinearArgsOf<T>& a) {
 
 #if defined(BATCHTOP_QUANT_VNNI)
 // Q4_0, Q4_1, Q8_0 from pack_linear_quant's 16-column groups (quant_repack.h), a.blocks the first group.
+// The activations are quantized into the calling thread's buffers (by `rows_parallel` threads, or by it
+// alone); the groups are a thread's share.
 template <int64_t QT, typename T>
-void run_repacked(const QuantLinearArgsOf<T>& a) {
-  const int64_t blocks = a.k / 32, groups = (a.n + GROUP_COLS - 1) / GROUP_COLS;
-  const int64_t group_bytes = blocks * RepackFormat<QT>::BYTES;
+RepackActs repacked_acts(const QuantLinearArgsOf<T>& a, bool rows_parallel) {
+  const int64_t blocks = a.k / 32;
   constexpr int32_t offset = QT == 2 ? -8 : QT == 8 ? -128 : 0;
   thread_local std::vector<int8_t> q_store;
   thread_local std::vector<float> dx_store, xsum_store;
   thread_local std::vector<int32_t> ioff_store;
-  thread_local std::vector<T> gate_up_store;
   q_store.resize(a.rows * a.k);
   dx_store.resize(a.rows * blocks);
   xsum_store.resize(a.rows * blocks);
@@ -147,7 +147,7 @@ void run_repacked(const QuantLinearArgsOf<T>& a) {
   int8_t* q = q_store.data();
   float *dx = dx_store.data(), *xsum = xsum_store.data();
   int32_t* ioff = ioff_store.data();
-  at::parallel_for(0, a.rows, std::max<int64_t>(1, 4096 / a.k), [&](int64_t begin, int64_t end) {
+  const auto quantize = [&](int64_t begin, int64_t end) {
     for (int64_t r = begin; r < end; ++r) {
       quantize_row<32>(a.x + r * a.x_stride, a.k, 0.f, q + r * a.k, dx + r * blocks, nullptr);
       for (int64_t b = 0; b < blocks; ++b) {
@@ -158,27 +158,66 @@ void run_repacked(const QuantLinearArgsOf<T>& a) {
         xsum[r * blocks + b] = dx[r * blocks + b] * s;
       }
     }
-  });
-  const RepackActs acts{q, dx, ioff, xsum, a.k, blocks};
-  if (a.epilogue == Epilogue::kSiluMul) gate_up_store.resize(a.rows * a.n);
-  T* gate_up = gate_up_store.data();
-  const Sink<T> sink{a, gate_up};
-  at::parallel_for(0, groups, 1, [&](int64_t begin, int64_t end) {
-    __m512 y[REPACK_ROWS];
-    alignas(64) float lanes[GROUP_COLS];
-    for (int64_t g = begin; g < end; ++g) {
-      const int64_t n0 = g * GROUP_COLS, cols = std::min<int64_t>(GROUP_COLS, a.n - n0);
-      for (int64_t r0 = 0; r0 < a.rows; r0 += REPACK_ROWS) {
-        const int rows = static_cast<int>(std::min<int64_t>(REPACK_ROWS, a.rows - r0));
-        REPACK_TILES<QT>[rows](acts, r0, a.blocks + g * group_bytes, y);
-        for (int r = 0; r < rows; ++r) {
-          _mm512_store_ps(lanes, y[r]);
-          for (int c = 0; c < cols; ++c) sink(r0 + r, n0 + c, lanes[c]);
-        }
+  };
+  if (rows_parallel)
+    at::parallel_for(0, a.rows, std::max<int64_t>(1, 4096 / a.k), quantize);
+  else
+    quantize(0, a.rows);
+  return RepackActs{q, dx, ioff, xsum, a.k, blocks};
+}
+
+template <int64_t QT, typename T>
+void repacked_groups(const QuantLinearArgsOf<T>& a, const RepackActs& acts, const Sink<T>& sink, int64_t begin,
+                     int64_t end) {
+  const int64_t group_bytes = a.k / 32 * RepackFormat<QT>::BYTES;
+  __m512 y[REPACK_ROWS];
+  alignas(64) float lanes[GROUP_COLS];
+  for (int64_t g = begin; g < end; ++g) {
+    const int64_t n0 = g * GROUP_COLS, cols = std::min<int64_t>(GROUP_COLS, a.n - n0);
+    for (int64_t r0 = 0; r0 < a.rows; r0 += REPACK_ROWS) {
+      const int rows = static_cast<int>(std::min<int64_t>(REPACK_ROWS, a.rows - r0));
+      REPACK_TILES<QT>[rows](acts, r0, a.blocks + g * group_bytes, y);
+      for (int r = 0; r < rows; ++r) {
+        _mm512_store_ps(lanes, y[r]);
+        for (int c = 0; c < cols; ++c) sink(r0 + r, n0 + c, lanes[c]);
       }
     }
-  });
+  }
+}
+
+template <typename T>
+T* gate_up_rows(const QuantLinearArgsOf<T>& a) {  // the calling thread's kSiluMul buffer
+  thread_local std::vector<T> store;
+  if (a.epilogue == Epilogue::kSiluMul) store.resize(a.rows * a.n);
+  return store.data();
+}
+
+template <int64_t QT, typename T>
+void run_repacked(const QuantLinearArgsOf<T>& a) {
+  const RepackActs acts = repacked_acts<QT>(a, true);
+  T* gate_up = gate_up_rows(a);
+  const Sink<T> sink{a, gate_up};
+  at::parallel_for(0, (a.n + GROUP_COLS - 1) / GROUP_COLS, 1,
+                   [&](int64_t begin, int64_t end) { repacked_groups<QT>(a, acts, sink, begin, end); });
   finish_silu_mul(a, gate_up);
+}
+
+// Share `part` of `parts`: the groups at::parallel_for would give that thread, except that a kSiluMul
+// share holds the same columns of both halves (the gate group and its up group), and finishes them.
+template <int64_t QT, typename T>
+void run_repacked_share(const QuantLinearArgsOf<T>& a, int64_t part, int64_t parts) {
+  const RepackActs acts = repacked_acts<QT>(a, false);
+  T* gate_up = gate_up_rows(a);
+  const Sink<T> sink{a, gate_up};
+  const bool silu = a.epilogue == Epilogue::kSiluMul;
+  const int64_t groups = (a.n + GROUP_COLS - 1) / GROUP_COLS, span = silu ? groups / 2 : groups;
+  const int64_t chunk = (span + parts - 1) / parts, begin = std::min(span, part * chunk), end = std::min(span, begin + chunk);
+  repacked_groups<QT>(a, acts, sink, begin, end);
+  if (!silu) return;
+  repacked_groups<QT>(a, acts, sink, span + begin, span + end);
+  const int64_t half = a.n / 2, c0 = begin * GROUP_COLS, cols = (end - begin) * GROUP_COLS;
+  for (int64_t r = 0; r < a.rows && cols > 0; ++r)
+    silu_mul_row(a.out + r * a.out_stride + c0, gate_up + r * a.n + c0, gate_up + r * a.n + half + c0, cols);
 }
 #endif
 
@@ -231,7 +270,29 @@ void run_any(const QuantLinearArgsOf<T>& a) {
 }  // namespace
 
 void linear_quant_run(const QuantLinearArgs& a) { run_any(a); }
+
 void linear_quant_run(const QuantLinearArgsOf<float>& a) { run_any(a); }
+
+bool linear_quant_shares(int64_t qtype, int64_t n, Epilogue epilogue) {
+#if defined(BATCHTOP_QUANT_VNNI)
+  return quant_repacked(qtype) && (epilogue != Epilogue::kSiluMul || n % (2 * quant::GROUP_COLS) == 0);
+#else
+  return false;
+#endif
+}
+
+void linear_quant_share(const QuantLinearArgs& a, int64_t part, int64_t parts) {
+  TORCH_CHECK(linear_quant_shares(a.qtype, a.n, a.epilogue), "linear_quant_share: ggml type ", a.qtype,
+              " is not computed from a pack in shares here");
+#if defined(BATCHTOP_QUANT_VNNI)
+  if (a.rows == 0 || a.n == 0) return;
+  switch (a.qtype) {
+    case Q4_0::ID: return run_repacked_share<Q4_0::ID>(a, part, parts);
+    case Q4_1::ID: return run_repacked_share<Q4_1::ID>(a, part, parts);
+    case Q8_0::ID: return run_repacked_share<Q8_0::ID>(a, part, parts);
+  }
+#endif
+}
 
 // out (rows, N) = x (rows, K) W^T + bias, W the (N, row_bytes) uint8 block matrix of ggml type qtype, or its
 // pack_linear_quant pack where quant_repacked(qtype);

@@ -38,4 +38,11 @@ int64_t quant_row_bytes(int64_t qtype, int64_t k);
 void linear_quant_run(const QuantLinearArgs& args);
 void linear_quant_run(const QuantLinearArgsOf<float>& args);
 
+// Whether linear_quant_share computes this type, width and epilogue (the types read from a 16-column pack).
+bool linear_quant_shares(int64_t qtype, int64_t n, Epilogue epilogue);
+// Share `part` of `parts` of linear_quant_run(args), by the calling thread alone, for a team of threads
+// the caller runs (decoder_layer_cpu.cpp): every thread quantizes the activations for itself, and the
+// shares together compute every output once, each element bitwise as linear_quant_run does.
+void linear_quant_share(const QuantLinearArgs& args, int64_t part, int64_t parts);
+
 }  // namespace batchtop_cpu

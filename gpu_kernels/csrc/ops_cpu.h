@@ -17,6 +17,19 @@ namespace batchtop_cpu {
 void paged_attention(at::Tensor out, const at::Tensor& q, const at::Tensor& k_cache, const at::Tensor& v_cache,
                      const at::Tensor& block_tables, const std::optional<at::Tensor>& row_tables,
                      const at::Tensor& context_lens, double scale);
+// The same call's part `part` of `parts` (its (row, KV head) jobs split as paged_attention splits them
+// between that many threads), on the calling thread: for a team of threads the caller runs. part -1: the
+// whole call, on torch's threads.
+void paged_attention_parts(at::Tensor out, const at::Tensor& q, const at::Tensor& k_cache, const at::Tensor& v_cache,
+                           const at::Tensor& block_tables, const std::optional<at::Tensor>& row_tables,
+                           const at::Tensor& context_lens, double scale, int64_t part, int64_t parts);
+// For a team whose every thread calls paged_attention_team(..., part, parts, scores) at once (it holds a
+// barrier): the floats of the shared scores buffer it takes, or -1 where the team computes the call as
+// paged_attention_parts does (scores null).
+int64_t paged_attention_team_scores(const at::Tensor& q, const at::Tensor& k_cache, const at::Tensor& context_lens);
+void paged_attention_team(at::Tensor out, const at::Tensor& q, const at::Tensor& k_cache, const at::Tensor& v_cache,
+                          const at::Tensor& block_tables, const std::optional<at::Tensor>& row_tables,
+                          const at::Tensor& context_lens, double scale, int64_t part, int64_t parts, float* scores);
 
 // fused_ops_cpu.cpp
 void rms_norm(at::Tensor out, at::Tensor x, const at::Tensor& weight, double eps);
@@ -42,6 +55,8 @@ bool linear_quant_supported(int64_t qtype);
 // quant_repack.cpp: the 16-column pack linear_quant reads Q4_0, Q4_1 and Q8_0 from on AVX-512 VNNI (other
 // types, other CPUs: the blocks themselves)
 at::Tensor pack_linear_quant(const at::Tensor& blocks, int64_t qtype);
+// quant_repack.cpp: rows ids of a Q4_0, Q4_1 or Q8_0 block matrix (the file's layout), dequantized into out
+void quant_embedding(at::Tensor& out, const at::Tensor& blocks, const at::Tensor& ids, int64_t qtype);
 
 // decoder_layer_cpu.cpp
 void decoder_layers_bf16(at::Tensor x, const c10::List<c10::optional<at::Tensor>>& weight_list,

@@ -33,7 +33,7 @@ struct Job {  // one (query row, KV head): where its inputs are and where its ou
   void* out;
   int64_t out_head_stride;
   // Tokens [next_begin, next_end) of the next row (its block table next_table), to prefetch whole while
-  // this job walks: none when next_begin == next_end (see run_all).
+  // this job walks: none when next_begin == next_end (see run_parts).
   const int64_t* next_table = nullptr;
   int64_t next_begin = 0, next_end = 0;
 };
@@ -92,7 +92,7 @@ void attend_scalar(const Job& job, const Pool& pool, int group, int64_t hd, floa
 // of the 35 this 2-core host streams (bench/cpu_kernels.py). The walk prefetches each job's keys and
 // values into L2 a block ahead through the same block table, and the first KV head's job fetches
 // whole tokens (a token's heads sit side by side), so the other heads' jobs, run next on the same
-// thread, find them in cache: about twice as fast on a cold pool. run_all fetches each job's first
+// thread, find them in cache: about twice as fast on a cold pool. run_parts fetches each job's first
 // PREFETCH_TOKENS while the job before it runs; the job keeps PREFETCH_TOKENS ahead of its walk. The
 // other heads' jobs, which read from cache and leave memory idle, prefetch the next row's tokens
 // (NextRow): 1.11-1.21x on 14 and 16 rows of a cold SmolLM2 pool, no change at 1-2 rows.
@@ -134,7 +134,7 @@ inline void prefetch_tokens(const Job& job, const Pool& pool, int64_t hd, Cursor
   for (int64_t j = 0; j < count; ++j, at.advance(pool)) prefetch_kv<T>(pool, at.element(job, pool), width);
 }
 
-// The cursor PREFETCH_TOKENS into a job, where its own prefetching starts (run_all fetched those before).
+// The cursor PREFETCH_TOKENS into a job, where its own prefetching starts (run_parts fetched those before).
 inline Cursor prefetch_cursor(const Job& job, const Pool& pool) {
   return Cursor::at_token(std::min(PREFETCH_TOKENS, job.context), pool);
 }
@@ -269,49 +269,32 @@ void attend_avx512(const Job& job, const Pool& pool, int runtime_group, float sc
 }
 
 #if defined(__AVX512BF16__)
-// bf16 pools on AVX512_BF16, in one pass over the keys (an online softmax, as flash attention): each
-// tile of 16 keys is scored, folded into the running max and sum, and its values added in at once,
-// so keys and values stream from the pool together and no score buffer is written. Scores are
-// vdpbf16ps over the bf16 query and keys (the products are exact, summed in fp32); the unnormalised
-// probabilities are rounded to bf16 for the value sum, as torch's CPU flash attention rounds them,
-// and the values are summed as bf16 pairs of keys (j, j+1) by vdpbf16ps, in fp32.
-//
-// P = head_dim / 32 bf16 vectors per head (2 for head_dim 64, 4 for 128), G query heads per KV head.
-// unpacklo/hi_epi16 of two keys' value vectors interleave their dims by pairs within each 128-bit
-// lane: the lo half holds dims 8k..8k+3 of lane k, the hi half 8k+4..8k+7, put back in order at the end.
+// Scores of keys [t_begin, t_end) (t_begin a multiple of 16, t_end a multiple of 16 or the context) for
+// the job's query heads: scores[g * padded + t], -inf past the context. next_row: also prefetch the next
+// row's keys as the job says (a whole job's walk).
 template <int P, int G>
-void attend_bf16_onepass(const Job& job, const Pool& pool, int runtime_group, float scale) {
+void bf16_scores(const Job& job, const Pool& pool, int runtime_group, float scale, float* scores, int64_t padded,
+                 int64_t t_begin, int64_t t_end, bool next_row) {
   using bf16 = c10::BFloat16;
-  constexpr int HD = 32 * P;
   constexpr int AG = G > 0 ? G : 16;
   const int group = G > 0 ? G : runtime_group;
   const bf16* q = static_cast<const bf16*>(job.q);
   const bf16* kc = static_cast<const bf16*>(pool.k);
-  const bf16* vc = static_cast<const bf16*>(pool.v);
-  const int64_t n = job.context;
-
   __m512bh qv[AG][P];
   for (int g = 0; g < group; ++g)
     for (int c = 0; c < P; ++c)
       qv[g][c] = (__m512bh)_mm512_loadu_si512(q + g * job.q_head_stride + 32 * c);
-  __m512 acc[AG][2 * P];  // [2c]: the lo dims of vector c, [2c + 1]: its hi dims
-  float run_max[AG], run_sum[AG];
-  for (int g = 0; g < group; ++g) {
-    for (int c = 0; c < 2 * P; ++c) acc[g][c] = _mm512_setzero_ps();
-    run_max[g] = -std::numeric_limits<float>::infinity();
-    run_sum[g] = 0.f;
-  }
   const __m512 vscale = _mm512_set1_ps(scale);
   const __m512 ninf = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
-
-  Cursor at, ahead = prefetch_cursor(job, pool);
+  Cursor at = Cursor::at_token(t_begin, pool), ahead = Cursor::at_token(std::min(t_begin + PREFETCH_TOKENS, t_end), pool);
   NextRow next(job, pool);
   const bf16* key[16];
-  for (int64_t t0 = 0; t0 < n; t0 += 16) {
-    const int len = static_cast<int>(std::min<int64_t>(16, n - t0));
-    prefetch_ahead<bf16>(job, pool, HD, ahead, t0);
-    next.prefetch<bf16>(pool);
-    for (int j = 0; j < 16; ++j) {  // past the context: the last key again, its weight 0
+  for (int64_t t0 = t_begin; t0 < t_end; t0 += 16) {
+    const int len = static_cast<int>(std::min<int64_t>(16, t_end - t0));
+    if (t0 + PREFETCH_TOKENS < t_end)
+      prefetch_tokens<bf16>(job, pool, 32 * P, ahead, std::min<int64_t>(16, t_end - t0 - PREFETCH_TOKENS));
+    if (next_row) next.prefetch<bf16>(pool);
+    for (int j = 0; j < 16; ++j) {  // past the context: the last key again, its score -inf
       if (j < len) {
         key[j] = kc + at.element(job, pool);
         at.advance(pool);
@@ -320,7 +303,6 @@ void attend_bf16_onepass(const Job& job, const Pool& pool, int runtime_group, fl
       }
     }
     const __mmask16 valid = static_cast<__mmask16>((1u << len) - 1);
-    alignas(32) uint32_t pairs[AG][8];  // each head's weights for the tile as bf16 pairs (key 2i, key 2i + 1)
     for (int g = 0; g < group; ++g) {
       __m512 a[16];
       for (int j = 0; j < 16; ++j) {
@@ -328,31 +310,64 @@ void attend_bf16_onepass(const Job& job, const Pool& pool, int runtime_group, fl
         for (int c = 1; c < P; ++c)
           a[j] = _mm512_dpbf16_ps(a[j], qv[g][c], (__m512bh)_mm512_loadu_si512(key[j] + 32 * c));
       }
-      const __m512 s = _mm512_mask_blend_ps(valid, ninf, _mm512_mul_ps(reduce16(a), vscale));
-      const float m = std::max(run_max[g], _mm512_reduce_max_ps(s));
-      const float alpha = std::exp(run_max[g] - m);  // exp(-inf) = 0 on the first tile
-      const __m512 e = exp16(_mm512_sub_ps(s, _mm512_set1_ps(m)));
-      run_sum[g] = run_sum[g] * alpha + _mm512_reduce_add_ps(e);
-      run_max[g] = m;
-      const __m512 va = _mm512_set1_ps(alpha);
-      for (int c = 0; c < 2 * P; ++c) acc[g][c] = _mm512_mul_ps(acc[g][c], va);
-      _mm256_store_si256(reinterpret_cast<__m256i*>(pairs[g]), (__m256i)_mm512_cvtneps_pbh(e));
+      _mm512_storeu_ps(scores + g * padded + t0, _mm512_mask_blend_ps(valid, ninf, _mm512_mul_ps(reduce16(a), vscale)));
     }
-    for (int j = 0; j < 16; j += 2) {  // each pair of keys' values read once for all the query heads
-      const bf16* v0 = vc + (key[j] - kc);
-      const bf16* v1 = vc + (key[j + 1] - kc);
-      __m512bh lo[P], hi[P];
-      for (int c = 0; c < P; ++c) {
-        const __m512i x = _mm512_loadu_si512(v0 + 32 * c), y = _mm512_loadu_si512(v1 + 32 * c);
-        lo[c] = (__m512bh)_mm512_unpacklo_epi16(x, y);
-        hi[c] = (__m512bh)_mm512_unpackhi_epi16(x, y);
-      }
-      for (int g = 0; g < group; ++g) {
-        const __m512bh w = (__m512bh)_mm512_set1_epi32(static_cast<int>(pairs[g][j / 2]));
-        for (int c = 0; c < P; ++c) {
-          acc[g][2 * c] = _mm512_dpbf16_ps(acc[g][2 * c], w, lo[c]);
-          acc[g][2 * c + 1] = _mm512_dpbf16_ps(acc[g][2 * c + 1], w, hi[c]);
-        }
+  }
+}
+
+// Each head's softmax over its padded scores: exp(s - max) in fp32, summed lane-wise in key order, rounded
+// to bf16 into probs (the same layout); inv_sum[g] = 1 / the sum.
+inline void bf16_softmax(const float* scores, int64_t padded, int group, c10::BFloat16* probs, float* inv_sum) {
+  const __m512 ninf = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
+  for (int g = 0; g < group; ++g) {
+    const float* sg = scores + g * padded;
+    __m512 m = ninf;
+    for (int64_t t = 0; t < padded; t += 16) m = _mm512_max_ps(m, _mm512_loadu_ps(sg + t));
+    const __m512 vmax = _mm512_set1_ps(_mm512_reduce_max_ps(m));
+    __m512 sum = _mm512_setzero_ps();
+    for (int64_t t = 0; t < padded; t += 16) {
+      const __m512 e = exp16(_mm512_sub_ps(_mm512_loadu_ps(sg + t), vmax));
+      sum = _mm512_add_ps(sum, e);
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(probs + g * padded + t), (__m256i)_mm512_cvtneps_pbh(e));
+    }
+    inv_sum[g] = 1.f / _mm512_reduce_add_ps(sum);
+  }
+}
+
+// out for vectors [c_begin, c_end) (32 dims each) of every query head: each pair of keys' values read once
+// for all the heads (an odd context's last pair repeats its key, with probability 0), times inv_sum.
+template <int P, int G>
+void bf16_values(const Job& job, const Pool& pool, int runtime_group, const c10::BFloat16* probs, int64_t padded,
+                 const float* inv_sum, int c_begin, int c_end) {
+  using bf16 = c10::BFloat16;
+  constexpr int AG = G > 0 ? G : 16;
+  const int group = G > 0 ? G : runtime_group;
+  const bf16* vc = static_cast<const bf16*>(pool.v);
+  const int64_t n = job.context;
+  __m512 acc[AG][2 * P];  // [2c]: the lo dims of vector c, [2c + 1]: its hi dims
+  for (int g = 0; g < group; ++g)
+    for (int c = c_begin; c < c_end; ++c) acc[g][2 * c] = acc[g][2 * c + 1] = _mm512_setzero_ps();
+  const auto* pairs = reinterpret_cast<const uint32_t*>(probs);
+  Cursor at;
+  for (int64_t j = 0; j < n; j += 2) {
+    const bf16* v0 = vc + at.element(job, pool);
+    at.advance(pool);
+    const bf16* v1 = v0;
+    if (j + 1 < n) {
+      v1 = vc + at.element(job, pool);
+      at.advance(pool);
+    }
+    __m512bh lo[P], hi[P];
+    for (int c = c_begin; c < c_end; ++c) {
+      const __m512i x = _mm512_loadu_si512(v0 + 32 * c), y = _mm512_loadu_si512(v1 + 32 * c);
+      lo[c] = (__m512bh)_mm512_unpacklo_epi16(x, y);
+      hi[c] = (__m512bh)_mm512_unpackhi_epi16(x, y);
+    }
+    for (int g = 0; g < group; ++g) {
+      const __m512bh w = (__m512bh)_mm512_set1_epi32(static_cast<int>(pairs[(g * padded + j) / 2]));
+      for (int c = c_begin; c < c_end; ++c) {
+        acc[g][2 * c] = _mm512_dpbf16_ps(acc[g][2 * c], w, lo[c]);
+        acc[g][2 * c + 1] = _mm512_dpbf16_ps(acc[g][2 * c + 1], w, hi[c]);
       }
     }
   }
@@ -362,8 +377,8 @@ void attend_bf16_onepass(const Job& job, const Pool& pool, int runtime_group, fl
   const __m512i second = _mm512_setr_epi32(8, 9, 10, 11, 24, 25, 26, 27, 12, 13, 14, 15, 28, 29, 30, 31);
   bf16* out = static_cast<bf16*>(job.out);
   for (int g = 0; g < group; ++g) {
-    const __m512 inv = _mm512_set1_ps(1.f / run_sum[g]);
-    for (int c = 0; c < P; ++c) {
+    const __m512 inv = _mm512_set1_ps(inv_sum[g]);
+    for (int c = c_begin; c < c_end; ++c) {
       const __m512 lo = acc[g][2 * c], hi = acc[g][2 * c + 1];
       store16(out + g * job.out_head_stride + 32 * c, _mm512_mul_ps(_mm512_permutex2var_ps(lo, first, hi), inv));
       store16(out + g * job.out_head_stride + 32 * c + 16, _mm512_mul_ps(_mm512_permutex2var_ps(lo, second, hi), inv));
@@ -371,15 +386,40 @@ void attend_bf16_onepass(const Job& job, const Pool& pool, int runtime_group, fl
   }
 }
 
+// bf16 pools on AVX512_BF16, in two passes over the keys, as attend_avx512: every score first, then each
+// head's softmax over the whole row, then the values. A tile's scores depend on no other tile, so the
+// core overlaps them; a one-pass (online) softmax chains every tile to the one before through its running
+// max (a reduction, an exp and a rescale of the sums): two passes ran a SmolLM2 layer's 3 jobs 1.29x
+// (256 keys) and 1.35x (1024) as fast on one thread, from cache. Scores are vdpbf16ps over the bf16 query and keys
+// (the products are exact, summed in fp32); the unnormalised probabilities are rounded to bf16 for the
+// value sum, as torch's CPU flash attention rounds them, and the values are summed as bf16 pairs of keys
+// (j, j+1) by vdpbf16ps, in fp32. The values, prefetched with the keys, are read from cache.
+//
+// P = head_dim / 32 bf16 vectors per head (2 for head_dim 64, 4 for 128), G query heads per KV head.
+// unpacklo/hi_epi16 of two keys' value vectors interleave their dims by pairs within each 128-bit
+// lane: the lo half holds dims 8k..8k+3 of lane k, the hi half 8k+4..8k+7, put back in order at the end.
+template <int P, int G>
+void attend_bf16_twopass(const Job& job, const Pool& pool, int runtime_group, float scale, std::vector<float>& work) {
+  const int group = G > 0 ? G : runtime_group;
+  const int64_t padded = (job.context + 15) / 16 * 16;
+  work.resize(group * padded + group * padded / 2);  // fp32 scores, then the bf16 probabilities
+  float* scores = work.data();
+  auto* probs = reinterpret_cast<c10::BFloat16*>(scores + group * padded);
+  float inv_sum[16];
+  bf16_scores<P, G>(job, pool, group, scale, scores, padded, 0, job.context, true);
+  bf16_softmax(scores, padded, group, probs, inv_sum);
+  bf16_values<P, G>(job, pool, group, probs, padded, inv_sum, 0, P);
+}
+
 template <int P>
-void attend_bf16_group(const Job& job, const Pool& pool, int group, float scale) {
+void attend_bf16_group(const Job& job, const Pool& pool, int group, float scale, std::vector<float>& work) {
   switch (group) {
-    case 1: return attend_bf16_onepass<P, 1>(job, pool, group, scale);
-    case 2: return attend_bf16_onepass<P, 2>(job, pool, group, scale);
-    case 3: return attend_bf16_onepass<P, 3>(job, pool, group, scale);
-    case 4: return attend_bf16_onepass<P, 4>(job, pool, group, scale);
-    case 8: return attend_bf16_onepass<P, 8>(job, pool, group, scale);
-    default: return attend_bf16_onepass<P, 0>(job, pool, group, scale);
+    case 1: return attend_bf16_twopass<P, 1>(job, pool, group, scale, work);
+    case 2: return attend_bf16_twopass<P, 2>(job, pool, group, scale, work);
+    case 3: return attend_bf16_twopass<P, 3>(job, pool, group, scale, work);
+    case 4: return attend_bf16_twopass<P, 4>(job, pool, group, scale, work);
+    case 8: return attend_bf16_twopass<P, 8>(job, pool, group, scale, work);
+    default: return attend_bf16_twopass<P, 0>(job, pool, group, scale, work);
   }
 }
 #endif
@@ -516,10 +556,102 @@ void attend_avx2_group(const Job& job, const Pool& pool, int group, float scale,
 }
 #endif
 
+#if defined(__AVX512BF16__)
+// A team's attention over a few rows of a bf16 pool (paged_attention_team): every thread scores its share
+// of each row's key tiles for every KV head (the keys of a token read once, by one thread), then, past a
+// barrier, takes its share of the (row, KV head, 32-dim vector) value sums, each head's softmax computed
+// by whichever thread needs it. The pieces are attend_bf16_twopass's, over the same elements in the same
+// order: the same bits as a job alone.
+template <int P, int G>
+void attend_bf16_team(const at::Tensor& out, const at::Tensor& q, const at::Tensor& k_cache, const at::Tensor& v_cache,
+                      const at::Tensor& block_tables, const std::optional<at::Tensor>& row_tables,
+                      const at::Tensor& context_lens, float scale, int64_t part, int64_t parts, float* scores) {
+  using bf16 = c10::BFloat16;
+  const int64_t rows = q.size(0), heads = q.size(1), hd = q.size(2), kv_heads = k_cache.size(2);
+  const int group = static_cast<int>(heads / kv_heads);
+  const int64_t* lens = context_lens.data_ptr<int64_t>();
+  const int64_t* tables = block_tables.data_ptr<int64_t>();
+  const int64_t* which = row_tables ? row_tables->data_ptr<int64_t>() : nullptr;
+  std::vector<int64_t> base(rows + 1, 0);  // row r's scores from scores + base[r], (KV head, query head, key)
+  const auto padded_of = [&](int64_t r) { return (std::max<int64_t>(lens[r], 0) + 15) / 16 * 16; };
+  for (int64_t r = 0; r < rows; ++r) base[r + 1] = base[r] + heads * padded_of(r);
+  const auto job_of = [&](int64_t r, int64_t h) {
+    return Job{q.data_ptr<bf16>() + r * q.stride(0) + h * group * q.stride(1), q.stride(1),
+               tables + (which ? which[r] : r) * block_tables.stride(0), lens[r],
+               out.data_ptr<bf16>() + r * out.stride(0) + h * group * out.stride(1), out.stride(1)};
+  };
+  const auto pool_of = [&](int64_t h) {
+    return Pool{k_cache.data_ptr<bf16>(), v_cache.data_ptr<bf16>(), k_cache.size(1), kv_heads * hd, h * hd};
+  };
+  for (int64_t r = 0; r < rows; ++r) {
+    const int64_t n = lens[r], tiles = (std::max<int64_t>(n, 0) + 15) / 16, padded = padded_of(r);
+    const int64_t t_begin = tiles * part / parts * 16, t_end = std::min(n, tiles * (part + 1) / parts * 16);
+    for (int64_t h = 0; h < kv_heads && t_begin < t_end; ++h)  // head 0 prefetches whole tokens for the others
+      bf16_scores<P, G>(job_of(r, h), pool_of(h), group, scale, scores + base[r] + h * group * padded, padded, t_begin,
+                        t_end, false);
+  }
+#pragma omp barrier
+  thread_local std::vector<bf16> probs;
+  float inv_sum[16];
+  const int64_t units = rows * kv_heads * P;
+  int64_t u = units * part / parts;
+  const int64_t u_end = units * (part + 1) / parts;
+  while (u < u_end) {
+    const int64_t r = u / (kv_heads * P), h = u / P % kv_heads, c0 = u % P;
+    const int64_t c1 = std::min<int64_t>(P, c0 + (u_end - u));  // this (row, KV head)'s vectors in the share
+    u += c1 - c0;
+    const Job job = job_of(r, h);
+    if (job.context <= 0) {  // nothing to attend to: zeros, as a job alone
+      for (int g = 0; g < group; ++g)
+        for (int64_t d = 32 * c0; d < 32 * c1; ++d) static_cast<bf16*>(job.out)[g * job.out_head_stride + d] = bf16(0.f);
+      continue;
+    }
+    const int64_t padded = padded_of(r);
+    probs.resize(group * padded);
+    bf16_softmax(scores + base[r] + h * group * padded, padded, group, probs.data(), inv_sum);
+    bf16_values<P, G>(job, pool_of(h), group, probs.data(), padded, inv_sum, static_cast<int>(c0), static_cast<int>(c1));
+  }
+}
+
+template <int P>
+void attend_bf16_team_group(int group, const at::Tensor& out, const at::Tensor& q, const at::Tensor& k_cache,
+                            const at::Tensor& v_cache, const at::Tensor& block_tables,
+                            const std::optional<at::Tensor>& row_tables, const at::Tensor& context_lens, float scale,
+                            int64_t part, int64_t parts, float* scores) {
+  switch (group) {
+#define TEAM_CASE(G) \
+  case G: return attend_bf16_team<P, G>(out, q, k_cache, v_cache, block_tables, row_tables, context_lens, scale, part, parts, scores);
+    TEAM_CASE(1) TEAM_CASE(2) TEAM_CASE(3) TEAM_CASE(4) TEAM_CASE(8)
+#undef TEAM_CASE
+    default: return attend_bf16_team<P, 0>(out, q, k_cache, v_cache, block_tables, row_tables, context_lens, scale,
+                                           part, parts, scores);
+  }
+}
+#endif
+
+// Which (row, KV head) jobs, i = row * kv_heads + head, each of `threads` threads takes: a run of about
+// equal cost (keys to read, plus a tile's worth for the setup), not of equal count: a mixed step's decode
+// rows see hundreds of keys, its prompt rows a few dozen. Which thread computes a job changes none of its bits.
+struct JobSplit {
+  int64_t jobs, parts;
+  std::vector<int64_t> cost_before;
+
+  JobSplit(const int64_t* lens, int64_t rows, int64_t kv_heads, int64_t threads)
+      : jobs(rows * kv_heads), parts(std::min<int64_t>(threads, rows * kv_heads)), cost_before(jobs + 1, 0) {
+    for (int64_t i = 0; i < jobs; ++i) cost_before[i + 1] = cost_before[i] + std::max<int64_t>(lens[i / kv_heads], 0) + 16;
+  }
+  int64_t first_job(int64_t part) const {  // where part's share starts; jobs for part == parts
+    const int64_t share = cost_before[jobs] * part / parts;
+    return static_cast<int64_t>(std::lower_bound(cost_before.begin(), cost_before.end() - 1, share) - cost_before.begin());
+  }
+};
+
+// Parts [first_part, end_part) of the call's job split, on the calling thread.
 template <typename T>
-void run_all(const at::Tensor& out, const at::Tensor& q, const at::Tensor& k_cache, const at::Tensor& v_cache,
-             const at::Tensor& block_tables, const std::optional<at::Tensor>& row_tables,
-             const at::Tensor& context_lens, double scale) {
+void run_parts(const at::Tensor& out, const at::Tensor& q, const at::Tensor& k_cache, const at::Tensor& v_cache,
+               const at::Tensor& block_tables, const std::optional<at::Tensor>& row_tables,
+               const at::Tensor& context_lens, double scale, const JobSplit& split, int64_t first_part,
+               int64_t end_part) {
   const int64_t rows = q.size(0), heads = q.size(1), hd = q.size(2);
   const int64_t kv_heads = k_cache.size(2);
   const int group = static_cast<int>(heads / kv_heads);
@@ -555,20 +687,8 @@ void run_all(const at::Tensor& out, const at::Tensor& q, const at::Tensor& k_cac
     Cursor at;
     if (job.context > 0) prefetch_tokens<T>(job, pool_at(i), hd, at, std::min(PREFETCH_TOKENS, job.context));
   };
-  // Each thread takes a run of jobs of about equal cost (keys to read, plus a tile's worth for the setup),
-  // not of equal count: a mixed step's decode rows see hundreds of keys, its prompt rows a few dozen.
-  // Which thread computes a job changes none of its bits.
-  const int64_t jobs = rows * kv_heads;
-  std::vector<int64_t> cost_before(jobs + 1, 0);
-  for (int64_t i = 0; i < jobs; ++i) cost_before[i + 1] = cost_before[i] + std::max<int64_t>(lens[i / kv_heads], 0) + 16;
-  const int64_t parts = std::min<int64_t>(at::get_num_threads(), jobs);
-  const auto first_job = [&](int64_t part) {  // where part's share of the cost starts; jobs for part == parts
-    const int64_t share = cost_before[jobs] * part / parts;
-    return static_cast<int64_t>(std::lower_bound(cost_before.begin(), cost_before.end() - 1, share) - cost_before.begin());
-  };
-  at::parallel_for(0, parts, 1, [&](int64_t first_part, int64_t end_part) {
-    const int64_t begin = first_job(first_part), end = first_job(end_part);
-    if (begin >= end) return;
+  const int64_t begin = split.first_job(first_part), end = split.first_job(end_part);
+  if (begin < end) {
     std::vector<float> work;
     prefetch_start(begin);
     for (int64_t i = begin; i < end; ++i) {
@@ -582,8 +702,8 @@ void run_all(const at::Tensor& out, const at::Tensor& q, const at::Tensor& k_cac
       }
 #if defined(__AVX512BF16__)
       if constexpr (std::is_same_v<T, c10::BFloat16>) {
-        if (hd == 64 && group <= 16) { attend_bf16_group<2>(job, pool, group, fscale); continue; }
-        if (hd == 128 && group <= 16) { attend_bf16_group<4>(job, pool, group, fscale); continue; }
+        if (hd == 64 && group <= 16) { attend_bf16_group<2>(job, pool, group, fscale, work); continue; }
+        if (hd == 128 && group <= 16) { attend_bf16_group<4>(job, pool, group, fscale, work); continue; }
       }
 #endif
 #if defined(__AVX512F__)
@@ -595,12 +715,41 @@ void run_all(const at::Tensor& out, const at::Tensor& q, const at::Tensor& k_cac
 #endif
       attend_scalar<T>(job, pool, group, hd, fscale, work);
     }
-  });
+  }
 }
 
 }  // namespace
 
 namespace batchtop_cpu {
+
+int64_t paged_attention_team_scores(const at::Tensor& q, const at::Tensor& k_cache, const at::Tensor& context_lens) {
+#if defined(__AVX512BF16__)
+  const int64_t hd = q.size(2), group = q.size(1) / k_cache.size(2);
+  if (q.scalar_type() == at::kBFloat16 && (hd == 64 || hd == 128) && group <= 16) {
+    int64_t floats = 0;
+    for (int64_t r = 0; r < context_lens.size(0); ++r)
+      floats += q.size(1) * ((std::max<int64_t>(context_lens.data_ptr<int64_t>()[r], 0) + 15) / 16 * 16);
+    return floats;
+  }
+#endif
+  return -1;
+}
+
+void paged_attention_team(at::Tensor out, const at::Tensor& q, const at::Tensor& k_cache, const at::Tensor& v_cache,
+                          const at::Tensor& block_tables, const std::optional<at::Tensor>& row_tables,
+                          const at::Tensor& context_lens, double scale, int64_t part, int64_t parts, float* scores) {
+#if defined(__AVX512BF16__)
+  if (scores != nullptr) {
+    const int group = static_cast<int>(q.size(1) / k_cache.size(2));
+    if (q.size(2) == 64)
+      return attend_bf16_team_group<2>(group, out, q, k_cache, v_cache, block_tables, row_tables, context_lens,
+                                       static_cast<float>(scale), part, parts, scores);
+    return attend_bf16_team_group<4>(group, out, q, k_cache, v_cache, block_tables, row_tables, context_lens,
+                                     static_cast<float>(scale), part, parts, scores);
+  }
+#endif
+  paged_attention_parts(out, q, k_cache, v_cache, block_tables, row_tables, context_lens, scale, part, parts);
+}
 
 // out, q: (rows, heads, head_dim), last dim contiguous; k/v_cache: one contiguous pool layer;
 // block_tables: (num_tables, max_blocks) int64 with contiguous rows; row_tables: (rows,) int64,
@@ -608,6 +757,12 @@ namespace batchtop_cpu {
 void paged_attention(at::Tensor out, const at::Tensor& q, const at::Tensor& k_cache, const at::Tensor& v_cache,
                      const at::Tensor& block_tables, const std::optional<at::Tensor>& row_tables,
                      const at::Tensor& context_lens, double scale) {
+  paged_attention_parts(out, q, k_cache, v_cache, block_tables, row_tables, context_lens, scale, -1, 0);
+}
+
+void paged_attention_parts(at::Tensor out, const at::Tensor& q, const at::Tensor& k_cache, const at::Tensor& v_cache,
+                           const at::Tensor& block_tables, const std::optional<at::Tensor>& row_tables,
+                           const at::Tensor& context_lens, double scale, int64_t part, int64_t parts) {
   TORCH_CHECK(q.device().is_cpu(), "paged_attention: CPU tensors only");
   TORCH_CHECK(q.dim() == 3 && q.stride(2) == 1 && out.stride(2) == 1 && out.sizes() == q.sizes(),
               "paged_attention: q and out are (rows, heads, head_dim)");
@@ -623,7 +778,19 @@ void paged_attention(at::Tensor out, const at::Tensor& q, const at::Tensor& k_ca
               context_lens.size(0) == q.size(0), "paged_attention: context_lens");
   by_dtype(q, "paged_attention: float32 or bfloat16 only",
            [&](auto t) {
-             run_all<decltype(t)>(out, q, k_cache, v_cache, block_tables, row_tables, context_lens, scale);
+             using T = decltype(t);
+             const JobSplit split(context_lens.data_ptr<int64_t>(), q.size(0), k_cache.size(2),
+                                  part < 0 ? at::get_num_threads() : parts);
+             if (part >= 0) {  // one thread of the caller's team: its part, if the split has one for it
+               if (part < split.parts)
+                 run_parts<T>(out, q, k_cache, v_cache, block_tables, row_tables, context_lens, scale, split, part,
+                              part + 1);
+               return;
+             }
+             at::parallel_for(0, split.parts, 1, [&](int64_t first_part, int64_t end_part) {
+               run_parts<T>(out, q, k_cache, v_cache, block_tables, row_tables, context_lens, scale, split, first_part,
+                            end_part);
+             });
            });
 }
 

@@ -1,10 +1,12 @@
-// pack_linear_quant: a GGUF block matrix in the 16-column layout of quant_repack.h.
+// pack_linear_quant: a GGUF block matrix in the 16-column layout of quant_repack.h; quant_embedding: rows of
+// a block matrix dequantized.
 #include "quant_repack.h"
 
 #include <ATen/Parallel.h>
 #include <ATen/ops/empty.h>
 
 #include <cstring>
+#include <type_traits>
 
 #include "linear_quant_cpu.h"
 
@@ -95,6 +97,56 @@ const uint8_t* repacked_groups(const at::Tensor& pack, int64_t qtype, int64_t k,
               " (pack the file's blocks with pack_linear_quant first)");
   *n = h.n;
   return pack.data_ptr<uint8_t>() + pack.size(1);
+}
+
+// out[i] = row ids[i] of the (N, row_bytes) block matrix of qtype (Q4_0, Q4_1, Q8_0; the file's layout),
+// dequantized as core_engine/model/quant_blocks.py does: w = d * q (Q4_0: d * (q - 8); Q4_1: d * q + m) in
+// fp32, then rounded to out's dtype. A step's token embeddings in one op, not a dozen torch ops.
+void quant_embedding(at::Tensor& out, const at::Tensor& blocks, const at::Tensor& ids, int64_t qtype) {
+  TORCH_CHECK(qtype == 2 || qtype == 3 || qtype == 8, "quant_embedding: qtype must be Q4_0 (2), Q4_1 (3) or Q8_0 (8), got ",
+              qtype);
+  TORCH_CHECK(blocks.dim() == 2 && blocks.scalar_type() == at::kByte && blocks.is_contiguous() && blocks.device().is_cpu(),
+              "quant_embedding: blocks must be a contiguous (N, row_bytes) uint8 CPU tensor");
+  const int64_t fb = file_block_bytes(qtype), row_bytes = blocks.size(1), k = row_bytes / fb * 32;
+  TORCH_CHECK(row_bytes % fb == 0, "quant_embedding: a row of ", row_bytes, " bytes is not whole blocks of ", fb);
+  TORCH_CHECK(ids.dim() == 1 && ids.scalar_type() == at::kLong && ids.is_contiguous(), "quant_embedding: ids must be (T,) int64");
+  const int64_t n = ids.size(0);
+  TORCH_CHECK(out.dim() == 2 && out.size(0) == n && out.size(1) == k && out.is_contiguous() &&
+                  (out.scalar_type() == at::kBFloat16 || out.scalar_type() == at::kFloat),
+              "quant_embedding: out must be a contiguous (", n, ", ", k, ") bfloat16 or float32 tensor");
+  const int64_t* id = ids.data_ptr<int64_t>();
+  for (int64_t i = 0; i < n; ++i)
+    TORCH_CHECK(id[i] >= 0 && id[i] < blocks.size(0), "quant_embedding: id ", id[i], " is outside [0, ", blocks.size(0), ")");
+  const auto half = [](const uint8_t* p) {
+    c10::Half h;
+    std::memcpy(&h, p, 2);
+    return static_cast<float>(h);
+  };
+  const auto run = [&](auto* o) {
+    using T = std::remove_pointer_t<decltype(o)>;
+    for (int64_t i = 0; i < n; ++i) {
+      const uint8_t* row = blocks.data_ptr<uint8_t>() + id[i] * row_bytes;
+      T* dst = o + i * k;
+      for (int64_t b = 0; b < k / 32; ++b, row += fb, dst += 32) {
+        const float d = half(row);
+        for (int j = 0; j < 32; ++j) {
+          float w;
+          if (qtype == 8) {
+            w = static_cast<float>(static_cast<int8_t>(row[2 + j])) * d;
+          } else {
+            const uint8_t byte = row[(qtype == 3 ? 4 : 2) + j % 16];
+            const int q = j < 16 ? byte & 0x0F : byte >> 4;
+            w = qtype == 3 ? d * static_cast<float>(q) + half(row + 2) : d * static_cast<float>(q - 8);
+          }
+          dst[j] = static_cast<T>(w);
+        }
+      }
+    }
+  };
+  if (out.scalar_type() == at::kFloat)
+    run(out.data_ptr<float>());
+  else
+    run(out.data_ptr<c10::BFloat16>());
 }
 
 }  // namespace batchtop_cpu

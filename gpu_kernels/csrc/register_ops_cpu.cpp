@@ -21,6 +21,7 @@ TORCH_LIBRARY(batchtop_cpu, m) {
   m.def("linear_quant(Tensor(a!) out, Tensor x, Tensor blocks, int qtype, Tensor? bias, int epilogue=0) -> ()");
   m.def("linear_quant_supported(int qtype) -> bool", &linear_quant_supported);
   m.def("pack_linear_quant(Tensor blocks, int qtype) -> Tensor");
+  m.def("quant_embedding(Tensor(a!) out, Tensor blocks, Tensor ids, int qtype) -> ()");
   m.def("decoder_layers_bf16(Tensor(a!) x, Tensor?[] weights, Tensor(b!)[] k_caches, Tensor(c!)[] v_caches, "
         "Tensor cos, Tensor sin, Tensor slot_mapping, Tensor block_tables, Tensor? row_tables, Tensor context_lens, "
         "int num_heads, float eps, float scale, int[] linear_types=[]) -> ()");
@@ -37,5 +38,6 @@ TORCH_LIBRARY(batchtop_cpu, m) {
   m.impl("linear_bf16", c10::DispatchKey::CPU, TORCH_FN(linear_bf16));
   m.impl("linear_quant", c10::DispatchKey::CPU, TORCH_FN(linear_quant));
   m.impl("pack_linear_quant", c10::DispatchKey::CPU, TORCH_FN(pack_linear_quant));
+  m.impl("quant_embedding", c10::DispatchKey::CPU, TORCH_FN(quant_embedding));
   m.impl("decoder_layers_bf16", c10::DispatchKey::CPU, TORCH_FN(decoder_layers_bf16));
 }

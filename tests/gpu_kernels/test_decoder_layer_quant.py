@@ -1,6 +1,8 @@
 """decoder_layers_bf16 with GGUF-quantized linears (linear_types) computes bitwise what the same layers
 compute op by op: rms_norm, linear_quant or linear_bf16, rope, the K/V write, paged_attention, the
-residual adds and silu_and_mul, each a separate call."""
+residual adds and silu_and_mul, each a separate call. That holds too where a few rows over layers of
+packed types (Q4_0, Q4_1, Q8_0) run as one team of threads (decoder_layer_cpu.cpp: run_team), whose
+attention splits each row's keys between the threads."""
 
 from __future__ import annotations
 
@@ -15,11 +17,13 @@ pytestmark = pytest.mark.skipif(
     not cpu_kernels.decoder_layer_usable() or not all(quant_kernels.usable(t) for t in QUANT_TYPES),
     reason="needs batchtop's CPU kernels with the bf16 decoder layer and linear_quant")
 
-HIDDEN, HEADS, KV_HEADS, HEAD_DIM, INTER, EPS = 256, 8, 2, 32, 512, 1e-5
+HIDDEN, HEADS, KV_HEADS, HEAD_DIM, INTER, EPS = 256, 4, 2, 64, 512, 1e-5
 Q_DIM, KV_DIM = HEADS * HEAD_DIM, KV_HEADS * HEAD_DIM
 WIDTH = Q_DIM + 2 * KV_DIM
 # per layer: qkv, o, gate_up, down (None: bf16); every type in some layer, bf16 between them
 LAYER_TYPES = [("Q4_K", "Q8_0", "Q4_1", "Q6_K"), (None, "Q4_0", None, "Q4_1"), ("Q4_1", None, "Q8_0", None)]
+# every linear packed (the team's layers), each packed type in each place
+PACKED_TYPES = [("Q4_1", "Q4_1", "Q4_1", "Q4_1"), ("Q8_0", "Q4_0", "Q8_0", "Q4_0"), ("Q4_0", "Q8_0", "Q4_1", "Q8_0")]
 
 
 class Linear:
@@ -51,9 +55,9 @@ class Linear:
         return out
 
 
-def make_layers(seed: int = 0):
+def make_layers(seed: int = 0, layer_types=LAYER_TYPES):
     layers = []
-    for i, types in enumerate(LAYER_TYPES):
+    for i, types in enumerate(layer_types):
         s = 100 * (seed + i)
         norms = [(1 + 0.1 * torch.randn(HIDDEN, generator=torch.Generator().manual_seed(s + j))).to(torch.bfloat16)
                  for j in range(2)]
@@ -91,10 +95,12 @@ def op_by_op(x, layers, pools, cos, sin, slots, tables, row_tables, lens, scale)
 
 
 @pytest.mark.parametrize("num_threads", [1, 2])
-@pytest.mark.parametrize("rows_spec", [[(5, 1), (0, 1), (17, 1)], [(7, 1), (0, 9), (2, 1), (12, 6)]],
-                         ids=["decode", "decode-and-prompts"])
-def test_quantized_layers_are_bitwise_the_op_by_op_layers(rows_spec, num_threads):
-    layers = make_layers()
+@pytest.mark.parametrize("rows_spec", [[(5, 1), (0, 1), (17, 1)], [(40, 1), (0, 1), (50, 1)],
+                                       [(7, 1), (0, 9), (2, 1), (12, 6)]],
+                         ids=["decode", "long-decode", "decode-and-prompts"])
+@pytest.mark.parametrize("layer_types", [LAYER_TYPES, PACKED_TYPES], ids=["mixed", "packed"])
+def test_quantized_layers_are_bitwise_the_op_by_op_layers(rows_spec, num_threads, layer_types):
+    layers = make_layers(layer_types=layer_types)
     slots, tables, row_tables, lens = step_rows(rows_spec)
     rows, scale = slots.numel(), HEAD_DIM ** -0.5
     gen = torch.Generator().manual_seed(2)
