@@ -1,6 +1,7 @@
 """How close decode steps come to this device's roofs, each round against roofs measured in that round.
 
     python bench/roofline.py [--model auto] [--weights auto] [--batches 1,32] [--context 256] [--rounds 3]
+                             [--steps 30]
 
 Each round measures the device's peaks afresh (device_peaks.measure_peaks: a copy and, where batchtop's
 CPU kernels run, their GEMM and a 256 MiB GEMV), then runs real decode steps at each batch size and
@@ -54,9 +55,9 @@ def gemv_ceiling(engine: Engine) -> float:
     return nbytes / statistics.median(times[2:])
 
 
-def step_rates(engine: Engine, batch: int, context: int) -> tuple[float, float, float]:
-    """(intensity, FLOP/s, bytes/s) of the median decode forward at this batch."""
-    snaps = decode_steps(Engine(engine.config, runner=engine.runner), batch, context, 10)
+def step_rates(engine: Engine, batch: int, context: int, steps: int) -> tuple[float, float, float]:
+    """(intensity, FLOP/s, bytes/s) of the median of `steps` decode forwards at this batch."""
+    snaps = decode_steps(Engine(engine.config, runner=engine.runner), batch, context, steps)
     fwd = statistics.median(s.forward_s for s in snaps)
     cost = snaps[len(snaps) // 2].cost
     return cost.intensity, cost.flops / fwd, cost.bytes / fwd
@@ -74,6 +75,7 @@ def main() -> None:
     ap.add_argument("--batches", default="1,32")
     ap.add_argument("--context", type=int, default=256)
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--steps", type=int, default=30, help="decode steps timed per batch and round (their median)")
     args = ap.parse_args()
     batches = [int(b) for b in args.batches.split(",")]
     config = resolve_config(model=args.model, weights=args.weights, max_num_seqs=max(batches),
@@ -86,7 +88,7 @@ def main() -> None:
         peaks = measure_peaks(config.device, config.dtype)
         print(f"round {round_ + 1}: roofs {peaks.roofs_text()}; ridge {peaks.ridge_flop_per_byte:.1f} FLOP/B")
         for batch in batches:
-            intensity, flops, bps = step_rates(engine, batch, args.context)
+            intensity, flops, bps = step_rates(engine, batch, args.context, args.steps)
             steps[batch].append((intensity, flops, bps))
             bound = "memory" if intensity < peaks.ridge_flop_per_byte else "compute"
             print(f"  batch {batch:>3}: intensity {intensity:6.2f} FLOP/B ({bound}-bound), {flops / 1e9:6.1f} GFLOP/s, "

@@ -257,14 +257,23 @@ class LlamaForCausalLM(nn.Module):
     def _fused_rows(self, x: torch.Tensor, batch: AttentionBatch) -> tuple | None:
         """What decoder_layers_bf16 attends with: every row in the one kernel call (decode rows, or the varlen
         rows of decode rows and prompt chunks), or None where the layers run op by op."""
-        if not self.fuse_layers or batch.prefills or not fusable_layers(self.config, x.device, x.dtype) \
-                or not layers_fuse(self):
+        if not self.fuse_layers or batch.prefills or not self._layers_fuse(x):
             return None
         if batch.varlen is not None:
             return batch.varlen.tables, batch.varlen.row_tables, batch.varlen.context_lens
         if batch.decode_block_tables is None:
             return None
         return batch.decode_block_tables, None, batch.decode_context_lens
+
+    def _layers_fuse(self, x: torch.Tensor) -> bool:
+        """fusable_layers and layers_fuse, asked again only when a parameter is registered anywhere or the
+        CPU kernels come or go: ~50 us of every SmolLM2 decode step otherwise, its caches cold."""
+        key = (x.device, x.dtype, parameter_registrations(), cpu_kernels.available())
+        cached = self.__dict__.get("_fuse")
+        if cached is None or cached[0] != key:
+            fuse = fusable_layers(self.config, x.device, x.dtype) and layers_fuse(self)
+            cached = self.__dict__["_fuse"] = (key, fuse)
+        return cached[1]
 
     def _fused_stack(self) -> list:
         """Every layer's fused_weights, flat, kept between steps. One check a step: no parameter registered
@@ -306,9 +315,12 @@ class LlamaForCausalLM(nn.Module):
                 x = layer(x, cos, sin, batch)
         else:
             first = self.model.layers[0]
-            cpu_kernels.decoder_layers_bf16(x, self._fused_stack(), [k for k, _ in batch.kv_caches],
-                                            [v for _, v in batch.kv_caches], cos, sin, batch.slot_mapping, *rows,
-                                            first.self_attn.num_heads, first.input_layernorm.variance_epsilon,
+            pools = self.__dict__.get("_pools")
+            if pools is None or pools[0] is not batch.kv_caches:  # the runner's pool: the same list every step
+                pools = self.__dict__["_pools"] = (batch.kv_caches, [k for k, _ in batch.kv_caches],
+                                                   [v for _, v in batch.kv_caches])
+            cpu_kernels.decoder_layers_bf16(x, self._fused_stack(), pools[1], pools[2], cos, sin, batch.slot_mapping,
+                                            *rows, first.self_attn.num_heads, first.input_layernorm.variance_epsilon,
                                             first.self_attn.scale, **fused_layer_options(self))
         x = self.model.norm(x.index_select(0, logits_rows))  # only the rows we sample from reach the lm_head
         return self.lm_head(x)  # model dtype: greedy argmax needs no fp32 copy

@@ -334,19 +334,20 @@ inline void bf16_softmax(const float* scores, int64_t padded, int group, c10::BF
   }
 }
 
-// out for vectors [c_begin, c_end) (32 dims each) of every query head: each pair of keys' values read once
-// for all the heads (an odd context's last pair repeats its key, with probability 0), times inv_sum.
-template <int P, int G>
-void bf16_values(const Job& job, const Pool& pool, int runtime_group, const c10::BFloat16* probs, int64_t padded,
-                 const float* inv_sum, int c_begin, int c_end) {
+// out for vectors [c0, c0 + NC) (32 dims each) of every query head: each pair of keys' values read once
+// for all the heads (an odd context's last pair repeats its key, with probability 0), times inv_sum. NC
+// is fixed so that the sums stay in registers (a runtime count of vectors left them on the stack).
+template <int P, int G, int NC>
+void bf16_value_walk(const Job& job, const Pool& pool, int runtime_group, const c10::BFloat16* probs, int64_t padded,
+                     const float* inv_sum, int c0) {
   using bf16 = c10::BFloat16;
   constexpr int AG = G > 0 ? G : 16;
   const int group = G > 0 ? G : runtime_group;
-  const bf16* vc = static_cast<const bf16*>(pool.v);
+  const bf16* vc = static_cast<const bf16*>(pool.v) + 32 * c0;
   const int64_t n = job.context;
-  __m512 acc[AG][2 * P];  // [2c]: the lo dims of vector c, [2c + 1]: its hi dims
+  __m512 acc[AG][2 * NC];  // [2c]: the lo dims of vector c0 + c, [2c + 1]: its hi dims
   for (int g = 0; g < group; ++g)
-    for (int c = c_begin; c < c_end; ++c) acc[g][2 * c] = acc[g][2 * c + 1] = _mm512_setzero_ps();
+    for (int c = 0; c < 2 * NC; ++c) acc[g][c] = _mm512_setzero_ps();
   const auto* pairs = reinterpret_cast<const uint32_t*>(probs);
   Cursor at;
   for (int64_t j = 0; j < n; j += 2) {
@@ -357,15 +358,15 @@ void bf16_values(const Job& job, const Pool& pool, int runtime_group, const c10:
       v1 = vc + at.element(job, pool);
       at.advance(pool);
     }
-    __m512bh lo[P], hi[P];
-    for (int c = c_begin; c < c_end; ++c) {
+    __m512bh lo[NC], hi[NC];
+    for (int c = 0; c < NC; ++c) {
       const __m512i x = _mm512_loadu_si512(v0 + 32 * c), y = _mm512_loadu_si512(v1 + 32 * c);
       lo[c] = (__m512bh)_mm512_unpacklo_epi16(x, y);
       hi[c] = (__m512bh)_mm512_unpackhi_epi16(x, y);
     }
     for (int g = 0; g < group; ++g) {
       const __m512bh w = (__m512bh)_mm512_set1_epi32(static_cast<int>(pairs[(g * padded + j) / 2]));
-      for (int c = c_begin; c < c_end; ++c) {
+      for (int c = 0; c < NC; ++c) {
         acc[g][2 * c] = _mm512_dpbf16_ps(acc[g][2 * c], w, lo[c]);
         acc[g][2 * c + 1] = _mm512_dpbf16_ps(acc[g][2 * c + 1], w, hi[c]);
       }
@@ -375,15 +376,23 @@ void bf16_values(const Job& job, const Pool& pool, int runtime_group, const c10:
   // lo 4-7, hi 4-7; dims 16-31 the same from lanes 8-15.
   const __m512i first = _mm512_setr_epi32(0, 1, 2, 3, 16, 17, 18, 19, 4, 5, 6, 7, 20, 21, 22, 23);
   const __m512i second = _mm512_setr_epi32(8, 9, 10, 11, 24, 25, 26, 27, 12, 13, 14, 15, 28, 29, 30, 31);
-  bf16* out = static_cast<bf16*>(job.out);
+  bf16* out = static_cast<bf16*>(job.out) + 32 * c0;
   for (int g = 0; g < group; ++g) {
     const __m512 inv = _mm512_set1_ps(inv_sum[g]);
-    for (int c = c_begin; c < c_end; ++c) {
+    for (int c = 0; c < NC; ++c) {
       const __m512 lo = acc[g][2 * c], hi = acc[g][2 * c + 1];
       store16(out + g * job.out_head_stride + 32 * c, _mm512_mul_ps(_mm512_permutex2var_ps(lo, first, hi), inv));
       store16(out + g * job.out_head_stride + 32 * c + 16, _mm512_mul_ps(_mm512_permutex2var_ps(lo, second, hi), inv));
     }
   }
+}
+
+// Vectors [c_begin, c_end) of the values: all of them in one walk, or each part of a share in its own.
+template <int P, int G>
+void bf16_values(const Job& job, const Pool& pool, int group, const c10::BFloat16* probs, int64_t padded,
+                 const float* inv_sum, int c_begin, int c_end) {
+  if (c_begin == 0 && c_end == P) return bf16_value_walk<P, G, P>(job, pool, group, probs, padded, inv_sum, 0);
+  for (int c = c_begin; c < c_end; ++c) bf16_value_walk<P, G, 1>(job, pool, group, probs, padded, inv_sum, c);
 }
 
 // bf16 pools on AVX512_BF16, in two passes over the keys, as attend_avx512: every score first, then each
