@@ -20,7 +20,8 @@ from batchtop.core_engine.config import ModelConfig
 from batchtop.core_engine.model.packed_linear import PackedLinear, packing, parameter_registrations, weight_key
 from batchtop.core_engine.model.attention_batch import AttentionBatch
 from batchtop.core_engine.model.llama_triton import forward_on_triton, fused_on_triton
-from batchtop.core_engine.model.quant_linear import fused_layer_options, fused_linear, layers_fuse, weight_slots
+from batchtop.core_engine.model.quant_linear import (fused_layer_options, fused_linear, layers_fuse, norm_and_head,
+                                                    weight_slots)
 from batchtop.gpu_kernels import cpu_kernels, store_kv, uses_cpu_kernel
 
 
@@ -322,6 +323,9 @@ class LlamaForCausalLM(nn.Module):
             cpu_kernels.decoder_layers_bf16(x, self._fused_stack(), pools[1], pools[2], cos, sin, batch.slot_mapping,
                                             *rows, first.self_attn.num_heads, first.input_layernorm.variance_epsilon,
                                             first.self_attn.scale, **fused_layer_options(self))
+        logits = norm_and_head(self.model.norm, self.lm_head, x, logits_rows) if x.device.type == "cpu" else None
+        if logits is not None:
+            return logits
         x = self.model.norm(x.index_select(0, logits_rows))  # only the rows we sample from reach the lm_head
         return self.lm_head(x)  # model dtype: greedy argmax needs no fp32 copy
 

@@ -163,6 +163,18 @@ class QuantEmbedding(nn.Module):
         return rows.reshape(*ids.shape, self.embedding_dim)
 
 
+def norm_and_head(norm: nn.Module, head: nn.Module, x: torch.Tensor, rows: torch.Tensor) -> torch.Tensor | None:
+    """head(norm(x[rows])) in one kernel call (norm_head_quant), bitwise the three ops, where `head` is a
+    one-part GGUF lm_head the kernels compute; None elsewhere."""
+    if (not isinstance(head, QuantLinear) or len(head.types) != 1 or head.bias is not None or not x.is_contiguous()
+            or not kernel_runs(x, head.types[0]) or not hasattr(torch.ops.batchtop_cpu, "norm_head_quant")):
+        return None
+    logits = torch.empty(rows.shape[0], head.out_features, dtype=x.dtype)
+    torch.ops.batchtop_cpu.norm_head_quant(logits, x, rows, norm.weight, norm.variance_epsilon, head.kernel_blocks(0),
+                                           ggml_id(head.types[0]))
+    return logits
+
+
 # The C++ decoder layer (decoder_layers_bf16): which linears it can take, and what to pass for each.
 
 def fused_linear(linear: nn.Module) -> tuple[torch.Tensor | None, torch.Tensor | None]:

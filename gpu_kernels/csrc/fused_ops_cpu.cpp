@@ -8,6 +8,7 @@
 // writes each tensor once instead of once per op.
 
 #include <ATen/Parallel.h>
+#include <ATen/ops/empty.h>
 
 #include <cmath>
 #include <cstdint>
@@ -116,6 +117,34 @@ void rope(at::Tensor x, const at::Tensor& cos, const at::Tensor& signed_sin) {
               signed_sin.numel() == cos.numel() && cos.scalar_type() == x.scalar_type() &&
               signed_sin.scalar_type() == x.scalar_type(), "rope: cos/sin tables (rows, head_dim) in x's dtype");
   by_dtype(x, "rope: float32 or bfloat16 only", [&](auto t) { rope_impl<decltype(t)>(x, cos, signed_sin); });
+}
+
+// A step's tail in one call: logits (S, N) = rms_norm(x[rows]) W^T for a GGUF lm_head W (head: its blocks,
+// or its pack where linear_quant reads one), each row normed as rms_norm and multiplied as linear_quant
+// do it. Python's index_select, RMSNorm and QuantLinear around those two ops cost ~0.1 ms of a SmolLM2
+// decode step, their caches cold after the step's weights went through.
+void norm_head_quant(at::Tensor& logits, const at::Tensor& x, const at::Tensor& rows, const at::Tensor& norm_weight,
+                     double eps, const at::Tensor& head, int64_t qtype) {
+  TORCH_CHECK(x.dim() == 2 && x.is_contiguous() && x.device().is_cpu() &&
+                  (x.scalar_type() == at::kBFloat16 || x.scalar_type() == at::kFloat),
+              "norm_head_quant: x must be a contiguous (T, hidden) bfloat16 or float32 CPU tensor");
+  TORCH_CHECK(rows.dim() == 1 && rows.scalar_type() == at::kLong && rows.is_contiguous(),
+              "norm_head_quant: rows must be (S,) int64");
+  const int64_t t = x.size(0), hidden = x.size(1), s = rows.size(0);
+  TORCH_CHECK(norm_weight.is_contiguous() && norm_weight.numel() == hidden && norm_weight.scalar_type() == x.scalar_type(),
+              "norm_head_quant: norm_weight must be (hidden,) in x's dtype");
+  const int64_t* r = rows.data_ptr<int64_t>();
+  for (int64_t i = 0; i < s; ++i)
+    TORCH_CHECK(r[i] >= 0 && r[i] < t, "norm_head_quant: row ", r[i], " is outside x's ", t, " rows");
+  at::Tensor normed = at::empty({s, hidden}, x.options());
+  by_dtype(x, "norm_head_quant: float32 or bfloat16 only", [&](auto zero) {
+    using T = decltype(zero);
+    const T* xp = x.data_ptr<T>();
+    const T* wp = norm_weight.data_ptr<T>();
+    T* np = normed.data_ptr<T>();
+    for (int64_t i = 0; i < s; ++i) rms_norm_row(np + i * hidden, xp + r[i] * hidden, wp, hidden, static_cast<float>(eps));
+  });
+  linear_quant(logits, normed, head, qtype, c10::nullopt, 0);
 }
 
 }  // namespace batchtop_cpu

@@ -36,6 +36,9 @@ void rms_norm(at::Tensor out, at::Tensor x, const at::Tensor& weight, double eps
 void add_rms_norm(at::Tensor residual, const at::Tensor& x, at::Tensor out, const at::Tensor& weight, double eps);
 void silu_and_mul(at::Tensor out, const at::Tensor& gate_up);
 void rope(at::Tensor x, const at::Tensor& cos, const at::Tensor& signed_sin);
+// logits = rms_norm(x[rows]) W^T, W a GGUF lm_head (linear_quant's blocks or pack of qtype)
+void norm_head_quant(at::Tensor& logits, const at::Tensor& x, const at::Tensor& rows, const at::Tensor& norm_weight,
+                     double eps, const at::Tensor& head, int64_t qtype);
 
 // sampling_cpu.cpp
 void sample(at::Tensor tokens, const at::Tensor& logits, const at::Tensor& temperature, const at::Tensor& top_p,

@@ -12,6 +12,8 @@ TORCH_LIBRARY(batchtop_cpu, m) {
   m.def("add_rms_norm(Tensor(a!) residual, Tensor x, Tensor(b!) out, Tensor weight, float eps) -> ()");
   m.def("silu_and_mul(Tensor(a!) out, Tensor gate_up) -> ()");
   m.def("rope(Tensor(a!) x, Tensor cos, Tensor signed_sin) -> ()");
+  m.def("norm_head_quant(Tensor(a!) logits, Tensor x, Tensor rows, Tensor norm_weight, float eps, Tensor head, "
+        "int qtype) -> ()");
   m.def("sample(Tensor(a!) tokens, Tensor logits, Tensor temperature, Tensor top_p, Tensor seed_lo, "
         "Tensor seed_hi, Tensor counter) -> ()");
   m.def("argmax(Tensor(a!) tokens, Tensor logits) -> ()");
@@ -32,6 +34,7 @@ TORCH_LIBRARY(batchtop_cpu, m) {
   m.impl("add_rms_norm", c10::DispatchKey::CPU, TORCH_FN(add_rms_norm));
   m.impl("silu_and_mul", c10::DispatchKey::CPU, TORCH_FN(silu_and_mul));
   m.impl("rope", c10::DispatchKey::CPU, TORCH_FN(rope));
+  m.impl("norm_head_quant", c10::DispatchKey::CPU, TORCH_FN(norm_head_quant));
   m.impl("sample", c10::DispatchKey::CPU, TORCH_FN(sample));
   m.impl("argmax", c10::DispatchKey::CPU, TORCH_FN(argmax));
   m.impl("pack_linear_bf16", c10::DispatchKey::CPU, TORCH_FN(pack_linear_bf16));
