@@ -90,18 +90,22 @@ void check_packed(const Packed& w, int64_t k, int64_t n) {
               "decoder_layers_bf16: ", w.name, " bias must be contiguous (", n, ",) bfloat16");
 }
 
+const bf16* bias_of(const Packed& w) { return w.bias && w.bias->defined() ? w.bias->data_ptr<bf16>() : nullptr; }
+
+// linear_quant's arguments for a block-matrix linear (from its pack's first group where it is repacked);
 // n: the output features (both halves for kSiluMul), k the input features
+QuantLinearArgs quant_args(const bf16* x, int64_t x_stride, int64_t rows, int64_t k, const Packed& w, int64_t n,
+                           bf16* out, int64_t out_stride, Epilogue epilogue) {
+  const uint8_t* blocks = w.packed.data_ptr<uint8_t>() + (quant_repacked(w.type) ? w.packed.size(1) : 0);
+  return QuantLinearArgs{x, x_stride, rows, blocks, k, n, w.type, bias_of(w), out, out_stride, epilogue};
+}
+
 void linear(const bf16* x, int64_t x_stride, int64_t rows, int64_t k, const Packed& w, int64_t n, bf16* out,
             int64_t out_stride, Epilogue epilogue) {
-  const bf16* bias = w.bias && w.bias->defined() ? w.bias->data_ptr<bf16>() : nullptr;
-  if (w.type >= 0)
-    return linear_quant_run(QuantLinearArgs{x, x_stride, rows,
-                                            w.packed.data_ptr<uint8_t>() + (quant_repacked(w.type) ? w.packed.size(1) : 0),
-                                            k, n, w.type, bias, out,
-                                            out_stride, epilogue});
+  if (w.type >= 0) return linear_quant_run(quant_args(x, x_stride, rows, k, w, n, out, out_stride, epilogue));
   const int64_t half = epilogue == Epilogue::kSiluMul ? n / 2 : 0;
   linear_bf16_run(LinearArgs{x, x_stride, rows, w.packed.data_ptr<bf16>(), w.packed.size(0), w.packed.size(1), n, half,
-                             bias, out, out_stride, epilogue});
+                             bias_of(w), out, out_stride, epilogue});
 }
 
 void norm_rows(bf16* out, const bf16* x, const at::Tensor& weight, int64_t rows, int64_t h, double eps) {
@@ -244,10 +248,7 @@ bool team_runs(const std::vector<LayerWeights>& stack, int64_t rows, int64_t hid
 // A thread's share of one of the layer's linears (run_team)
 void linear_share(const bf16* x, int64_t x_stride, int64_t rows, int64_t k, const Packed& w, int64_t n, bf16* out,
                   int64_t out_stride, Epilogue epilogue, int64_t part, int64_t parts) {
-  const bf16* bias = w.bias && w.bias->defined() ? w.bias->data_ptr<bf16>() : nullptr;
-  linear_quant_share(QuantLinearArgs{x, x_stride, rows, w.packed.data_ptr<uint8_t>() + w.packed.size(1), k, n, w.type,
-                                     bias, out, out_stride, epilogue},
-                     part, parts);
+  linear_quant_share(quant_args(x, x_stride, rows, k, w, n, out, out_stride, epilogue), part, parts);
 }
 
 // Every layer of a few-row step in one parallel region: the threads meet at a barrier between stages

@@ -49,6 +49,40 @@ struct Pool {
   }
 };
 
+// One call's rows, as the jobs read them: job (row r, KV head h) takes r's query heads [h group, h group +
+// group) and its table, and writes the same heads of its output row; its pool is layer's heads h.
+template <typename T>
+struct CallRows {
+  const at::Tensor& q;
+  const at::Tensor& out;
+  const at::Tensor& k_cache;
+  const at::Tensor& v_cache;
+  const at::Tensor& block_tables;
+  const int64_t* which;  // row_tables: row r reads table which[r]; none: table r
+  const int64_t* lens;
+  int64_t kv_heads, hd, group;
+
+  CallRows(const at::Tensor& out, const at::Tensor& q, const at::Tensor& k_cache, const at::Tensor& v_cache,
+           const at::Tensor& block_tables, const std::optional<at::Tensor>& row_tables, const at::Tensor& context_lens)
+      : q(q), out(out), k_cache(k_cache), v_cache(v_cache), block_tables(block_tables),
+        which(row_tables ? row_tables->data_ptr<int64_t>() : nullptr), lens(context_lens.data_ptr<int64_t>()),
+        kv_heads(k_cache.size(2)), hd(q.size(2)), group(q.size(1) / k_cache.size(2)) {}
+
+  const int64_t* table(int64_t r) const {
+    return block_tables.data_ptr<int64_t>() + (which ? which[r] : r) * block_tables.stride(0);
+  }
+  Job job(int64_t r, int64_t h) const {
+    return Job{q.data_ptr<T>() + r * q.stride(0) + h * group * q.stride(1), q.stride(1), table(r), lens[r],
+               out.data_ptr<T>() + r * out.stride(0) + h * group * out.stride(1), out.stride(1)};
+  }
+  Pool pool(int64_t h) const {
+    return Pool{k_cache.data_ptr<T>(), v_cache.data_ptr<T>(), k_cache.size(1), kv_heads * hd, h * hd};
+  }
+};
+
+// Keys a row's score buffer holds: its context rounded up to whole tiles of 16.
+inline int64_t padded_keys(int64_t context) { return (std::max<int64_t>(context, 0) + 15) / 16 * 16; }
+
 // The portable path: plain loops the compiler may vectorise.
 template <typename T>
 void attend_scalar(const Job& job, const Pool& pool, int group, int64_t hd, float scale, std::vector<float>& work) {
@@ -286,7 +320,8 @@ void bf16_scores(const Job& job, const Pool& pool, int runtime_group, float scal
       qv[g][c] = (__m512bh)_mm512_loadu_si512(q + g * job.q_head_stride + 32 * c);
   const __m512 vscale = _mm512_set1_ps(scale);
   const __m512 ninf = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
-  Cursor at = Cursor::at_token(t_begin, pool), ahead = Cursor::at_token(std::min(t_begin + PREFETCH_TOKENS, t_end), pool);
+  Cursor at = Cursor::at_token(t_begin, pool);
+  Cursor ahead = Cursor::at_token(std::min(t_begin + PREFETCH_TOKENS, t_end), pool);
   NextRow next(job, pool);
   const bf16* key[16];
   for (int64_t t0 = t_begin; t0 < t_end; t0 += 16) {
@@ -410,7 +445,7 @@ void bf16_values(const Job& job, const Pool& pool, int group, const c10::BFloat1
 template <int P, int G>
 void attend_bf16_twopass(const Job& job, const Pool& pool, int runtime_group, float scale, std::vector<float>& work) {
   const int group = G > 0 ? G : runtime_group;
-  const int64_t padded = (job.context + 15) / 16 * 16;
+  const int64_t padded = padded_keys(job.context);
   work.resize(group * padded + group * padded / 2);  // fp32 scores, then the bf16 probabilities
   float* scores = work.data();
   auto* probs = reinterpret_cast<c10::BFloat16*>(scores + group * padded);
@@ -576,28 +611,17 @@ void attend_bf16_team(const at::Tensor& out, const at::Tensor& q, const at::Tens
                       const at::Tensor& block_tables, const std::optional<at::Tensor>& row_tables,
                       const at::Tensor& context_lens, float scale, int64_t part, int64_t parts, float* scores) {
   using bf16 = c10::BFloat16;
-  const int64_t rows = q.size(0), heads = q.size(1), hd = q.size(2), kv_heads = k_cache.size(2);
-  const int group = static_cast<int>(heads / kv_heads);
-  const int64_t* lens = context_lens.data_ptr<int64_t>();
-  const int64_t* tables = block_tables.data_ptr<int64_t>();
-  const int64_t* which = row_tables ? row_tables->data_ptr<int64_t>() : nullptr;
+  const CallRows<bf16> call(out, q, k_cache, v_cache, block_tables, row_tables, context_lens);
+  const int64_t rows = q.size(0), heads = q.size(1), kv_heads = call.kv_heads;
+  const int group = static_cast<int>(call.group);
   std::vector<int64_t> base(rows + 1, 0);  // row r's scores from scores + base[r], (KV head, query head, key)
-  const auto padded_of = [&](int64_t r) { return (std::max<int64_t>(lens[r], 0) + 15) / 16 * 16; };
-  for (int64_t r = 0; r < rows; ++r) base[r + 1] = base[r] + heads * padded_of(r);
-  const auto job_of = [&](int64_t r, int64_t h) {
-    return Job{q.data_ptr<bf16>() + r * q.stride(0) + h * group * q.stride(1), q.stride(1),
-               tables + (which ? which[r] : r) * block_tables.stride(0), lens[r],
-               out.data_ptr<bf16>() + r * out.stride(0) + h * group * out.stride(1), out.stride(1)};
-  };
-  const auto pool_of = [&](int64_t h) {
-    return Pool{k_cache.data_ptr<bf16>(), v_cache.data_ptr<bf16>(), k_cache.size(1), kv_heads * hd, h * hd};
-  };
+  for (int64_t r = 0; r < rows; ++r) base[r + 1] = base[r] + heads * padded_keys(call.lens[r]);
   for (int64_t r = 0; r < rows; ++r) {
-    const int64_t n = lens[r], tiles = (std::max<int64_t>(n, 0) + 15) / 16, padded = padded_of(r);
+    const int64_t n = call.lens[r], padded = padded_keys(n), tiles = padded / 16;
     const int64_t t_begin = tiles * part / parts * 16, t_end = std::min(n, tiles * (part + 1) / parts * 16);
     for (int64_t h = 0; h < kv_heads && t_begin < t_end; ++h)  // head 0 prefetches whole tokens for the others
-      bf16_scores<P, G>(job_of(r, h), pool_of(h), group, scale, scores + base[r] + h * group * padded, padded, t_begin,
-                        t_end, false);
+      bf16_scores<P, G>(call.job(r, h), call.pool(h), group, scale, scores + base[r] + h * group * padded, padded,
+                        t_begin, t_end, false);
   }
 #pragma omp barrier
   thread_local std::vector<bf16> probs;
@@ -609,16 +633,18 @@ void attend_bf16_team(const at::Tensor& out, const at::Tensor& q, const at::Tens
     const int64_t r = u / (kv_heads * P), h = u / P % kv_heads, c0 = u % P;
     const int64_t c1 = std::min<int64_t>(P, c0 + (u_end - u));  // this (row, KV head)'s vectors in the share
     u += c1 - c0;
-    const Job job = job_of(r, h);
+    const Job job = call.job(r, h);
     if (job.context <= 0) {  // nothing to attend to: zeros, as a job alone
       for (int g = 0; g < group; ++g)
-        for (int64_t d = 32 * c0; d < 32 * c1; ++d) static_cast<bf16*>(job.out)[g * job.out_head_stride + d] = bf16(0.f);
+        for (int64_t d = 32 * c0; d < 32 * c1; ++d)
+          static_cast<bf16*>(job.out)[g * job.out_head_stride + d] = bf16(0.f);
       continue;
     }
-    const int64_t padded = padded_of(r);
+    const int64_t padded = padded_keys(job.context);
     probs.resize(group * padded);
     bf16_softmax(scores + base[r] + h * group * padded, padded, group, probs.data(), inv_sum);
-    bf16_values<P, G>(job, pool_of(h), group, probs.data(), padded, inv_sum, static_cast<int>(c0), static_cast<int>(c1));
+    bf16_values<P, G>(job, call.pool(h), group, probs.data(), padded, inv_sum, static_cast<int>(c0),
+                      static_cast<int>(c1));
   }
 }
 
@@ -628,8 +654,10 @@ void attend_bf16_team_group(int group, const at::Tensor& out, const at::Tensor& 
                             const std::optional<at::Tensor>& row_tables, const at::Tensor& context_lens, float scale,
                             int64_t part, int64_t parts, float* scores) {
   switch (group) {
-#define TEAM_CASE(G) \
-  case G: return attend_bf16_team<P, G>(out, q, k_cache, v_cache, block_tables, row_tables, context_lens, scale, part, parts, scores);
+#define TEAM_CASE(G)                                                                                      \
+  case G:                                                                                                 \
+    return attend_bf16_team<P, G>(out, q, k_cache, v_cache, block_tables, row_tables, context_lens, scale, \
+                                  part, parts, scores);
     TEAM_CASE(1) TEAM_CASE(2) TEAM_CASE(3) TEAM_CASE(4) TEAM_CASE(8)
 #undef TEAM_CASE
     default: return attend_bf16_team<P, 0>(out, q, k_cache, v_cache, block_tables, row_tables, context_lens, scale,
@@ -661,36 +689,27 @@ void run_parts(const at::Tensor& out, const at::Tensor& q, const at::Tensor& k_c
                const at::Tensor& block_tables, const std::optional<at::Tensor>& row_tables,
                const at::Tensor& context_lens, double scale, const JobSplit& split, int64_t first_part,
                int64_t end_part) {
-  const int64_t rows = q.size(0), heads = q.size(1), hd = q.size(2);
-  const int64_t kv_heads = k_cache.size(2);
-  const int group = static_cast<int>(heads / kv_heads);
-  const T* qp = q.data_ptr<T>();
-  T* op = out.data_ptr<T>();
-  const int64_t* tables = block_tables.data_ptr<int64_t>();
-  const int64_t* which = row_tables ? row_tables->data_ptr<int64_t>() : nullptr;  // none: row r reads table r
-  const int64_t* lens = context_lens.data_ptr<int64_t>();
-  const int64_t table_stride = block_tables.stride(0);
+  const CallRows<T> call(out, q, k_cache, v_cache, block_tables, row_tables, context_lens);
+  const int64_t hd = call.hd, kv_heads = call.kv_heads;
+  const int group = static_cast<int>(call.group);
+  const int64_t* lens = call.lens;
   const float fscale = static_cast<float>(scale);
-  const auto table_of = [&](int64_t r) { return tables + (which ? which[r] : r) * table_stride; };
   // Job (r, h) of thread range [.., end): the first KV head's job reads whole tokens from memory and
   // leaves them in L2 for the other heads' jobs, which then leave memory idle. Those (h >= 1) prefetch
   // the next row's tokens, a share each, so that its first head's job finds them in L2 too, unless that
   // row is another thread's or reads the same table (a prompt chunk's rows: its keys are in cache).
   const auto job_at = [&](int64_t i, int64_t end) {
     const int64_t r = i / kv_heads, h = i % kv_heads;
-    Job job{qp + r * q.stride(0) + h * group * q.stride(1), q.stride(1), table_of(r), lens[r],
-            op + r * out.stride(0) + h * group * out.stride(1), out.stride(1)};
-    if (h > 0 && (r + 1) * kv_heads < end && table_of(r + 1) != job.table && lens[r + 1] > 0) {
+    Job job = call.job(r, h);
+    if (h > 0 && (r + 1) * kv_heads < end && call.table(r + 1) != job.table && lens[r + 1] > 0) {
       const int64_t share = (lens[r + 1] + kv_heads - 2) / (kv_heads - 1);
-      job.next_table = table_of(r + 1);
+      job.next_table = call.table(r + 1);
       job.next_begin = std::min(lens[r + 1], (h - 1) * share);
       job.next_end = std::min(lens[r + 1], h * share);
     }
     return job;
   };
-  const auto pool_at = [&](int64_t i) {
-    return Pool{k_cache.data_ptr<T>(), v_cache.data_ptr<T>(), k_cache.size(1), kv_heads * hd, (i % kv_heads) * hd};
-  };
+  const auto pool_at = [&](int64_t i) { return call.pool(i % kv_heads); };
   const auto prefetch_start = [&](int64_t i) {  // a job's first keys and values, while the one before runs
     const Job job = job_at(i, i + 1);
     Cursor at;
@@ -737,7 +756,7 @@ int64_t paged_attention_team_scores(const at::Tensor& q, const at::Tensor& k_cac
   if (q.scalar_type() == at::kBFloat16 && (hd == 64 || hd == 128) && group <= 16) {
     int64_t floats = 0;
     for (int64_t r = 0; r < context_lens.size(0); ++r)
-      floats += q.size(1) * ((std::max<int64_t>(context_lens.data_ptr<int64_t>()[r], 0) + 15) / 16 * 16);
+      floats += q.size(1) * padded_keys(context_lens.data_ptr<int64_t>()[r]);
     return floats;
   }
 #endif
