@@ -12,7 +12,8 @@
   (fp32 arithmetic on the bf16 weights: 1.5-2.4x oneDNN's fp32 GEMMs). A [gate | up] weight packed by
   halves gives silu(gate) * up straight from the GEMM (silu_mul_linear_bf16).
 - decoder_layers_bf16 (decoder_layer_cpu.cpp): a step's decoder layers in one call over those kernels,
-  bitwise what llama.DecoderLayer computes on them, without a Python call and allocation per op.
+  bitwise what llama.DecoderLayer computes on them, without a Python call and allocation per op;
+  decoder_stack (decoder_stack.h) keeps its per-model arguments, checked once, between steps.
 bench/cpu_kernels.py measures each against the torch ops it replaces. The build (cpu_kernel_build.py:
 torch's cpp_extension, a C++ compiler and ninja, in a child process) is cached under torch's extensions
 directory, keyed by the sources and versions. The dashboard builds them in the background while the
@@ -288,10 +289,14 @@ def decoder_layers_bf16(x: torch.Tensor, weights: list, k_caches: list[torch.Ten
                                                list(linear_types) if linear_types is not None else [])
 
 
-def params_unchanged(params: list[torch.Tensor], state: torch.Tensor) -> bool:
-    """Whether each of params is at the storage and version recorded in state (int64: data pointer, then
-    version or -1 for an inference tensor, per parameter)."""
-    return torch.ops.batchtop_cpu.params_unchanged(params, state)
+def decoder_stack(weights: list, num_heads: int, kv_heads: int, head_dim: int, eps: float, scale: float,
+                  params: list[torch.Tensor], linear_types: list[int] | None = None):
+    """decoder_layers_bf16's arguments that stay the same from step to step, checked once and kept in C++
+    (decoder_stack.h): a DecoderStack whose run(x, k_caches, v_caches, cos, sin, slot_mapping,
+    block_tables, row_tables, context_lens) is decoder_layers_bf16 over them and returns True, or returns
+    False, running nothing, once any of params (what the weights were built from) was replaced or written."""
+    return torch.classes.batchtop_cpu.DecoderStack(weights, list(linear_types) if linear_types is not None else [],
+                                                   num_heads, kv_heads, head_dim, eps, scale, list(params))
 
 
 def argmax(logits: torch.Tensor) -> torch.Tensor:

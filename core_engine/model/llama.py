@@ -276,22 +276,31 @@ class LlamaForCausalLM(nn.Module):
             cached = self.__dict__["_fuse"] = (key, fuse)
         return cached[1]
 
-    def _fused_stack(self) -> list:
-        """Every layer's fused_weights, flat, kept between steps. One check a step: no parameter registered
-        or replaced anywhere since, and every one the packs came from at its storage and version
-        (params_unchanged, in C++); the layers' own checks, one a layer in Python, cost ~0.5 ms a SmolLM2
-        step. Rebuilt from the layers' when it fails."""
+    def _decoder_stack(self) -> object:
+        """The layers as one DecoderStack (cpu_kernels.decoder_stack), kept between steps and built anew
+        where a parameter was registered anywhere since: its ~300 weights converted and checked once, not
+        every step (with the check that no parameter changed, 0.2-0.3 ms of a SmolLM2 step, its caches
+        cold). The stack itself refuses to run once a parameter its packs came from is replaced or
+        written (_run_layers then builds it again)."""
         cached = self.__dict__.get("_stack")
-        if cached is not None:
-            registrations, params, state, weights = cached
-            if registrations == parameter_registrations() and cpu_kernels.params_unchanged(params, state):
-                return weights
-        weights = [w for layer in self.model.layers for w in layer.fused_weights()]
-        params = [p for layer in self.model.layers for p in layer.fused_parameters()]
-        state = torch.tensor([v for p in params for v in (p.data_ptr(), -1 if p.is_inference() else p._version)],
-                             dtype=torch.long)
-        self.__dict__["_stack"] = (parameter_registrations(), params, state, weights)
-        return weights
+        if cached is not None and cached[0] == parameter_registrations():
+            return cached[1]
+        attn, norm = self.model.layers[0].self_attn, self.model.layers[0].input_layernorm
+        stack = cpu_kernels.decoder_stack(
+            [w for layer in self.model.layers for w in layer.fused_weights()], attn.num_heads, attn.num_kv_heads,
+            attn.head_dim, norm.variance_epsilon, attn.scale,
+            [p for layer in self.model.layers for p in layer.fused_parameters()], **fused_layer_options(self))
+        self.__dict__["_stack"] = (parameter_registrations(), stack)
+        return stack
+
+    def _run_layers(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, batch: AttentionBatch,
+                    rows: tuple) -> None:
+        """Every layer over x in place, in one DecoderStack call."""
+        args = (x, [k for k, _ in batch.kv_caches], [v for _, v in batch.kv_caches], cos, sin, batch.slot_mapping, *rows)
+        if not self._decoder_stack().run(*args):  # a weight was written or replaced since: build it anew
+            self.__dict__.pop("_stack")
+            if not self._decoder_stack().run(*args):
+                raise RuntimeError("a DecoderStack refused the parameters it was just built from")
 
     @torch.inference_mode()
     def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, batch: AttentionBatch,
@@ -315,14 +324,7 @@ class LlamaForCausalLM(nn.Module):
             for layer in self.model.layers:
                 x = layer(x, cos, sin, batch)
         else:
-            first = self.model.layers[0]
-            pools = self.__dict__.get("_pools")
-            if pools is None or pools[0] is not batch.kv_caches:  # the runner's pool: the same list every step
-                pools = self.__dict__["_pools"] = (batch.kv_caches, [k for k, _ in batch.kv_caches],
-                                                   [v for _, v in batch.kv_caches])
-            cpu_kernels.decoder_layers_bf16(x, self._fused_stack(), pools[1], pools[2], cos, sin, batch.slot_mapping,
-                                            *rows, first.self_attn.num_heads, first.input_layernorm.variance_epsilon,
-                                            first.self_attn.scale, **fused_layer_options(self))
+            self._run_layers(x, cos, sin, batch, rows)
         logits = norm_and_head(self.model.norm, self.lm_head, x, logits_rows) if x.device.type == "cpu" else None
         if logits is not None:
             return logits

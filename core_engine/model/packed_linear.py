@@ -76,7 +76,7 @@ torch.nn.modules.module.register_module_parameter_registration_hook(_count_regis
 def parameter_registrations() -> int:
     """A count that moves whenever any module has a parameter registered or replaced (setattr or
     register_parameter): a cache of packs that also checks each weight's storage and version
-    (params_unchanged) need not look every parameter up again to see that none was replaced."""
+    (a DecoderStack) need not look every parameter up again to see that none was replaced."""
     return _registrations[0]
 
 

@@ -39,6 +39,8 @@
 #include "linear_quant_cpu.h"
 #include "quant_repack.h"
 #include "ops_cpu.h"
+#include "team_barrier.h"
+#include "decoder_stack.h"
 
 namespace batchtop_cpu {
 namespace {
@@ -115,16 +117,25 @@ void norm_rows(bf16* out, const bf16* x, const at::Tensor& weight, int64_t rows,
   });
 }
 
-// RoPE on each row's q and k heads in place, then its k and v heads into the pool at its slot.
+// RoPE on each row's q and k heads in place, then its k and v heads into the pool at its slot: of the
+// row's heads [h_begin, h_end) (q heads, then k, then v; all of them by default).
 void rope_and_store(bf16* qkv, int64_t rows, int64_t width, int64_t heads, int64_t kv_heads, int64_t hd,
-                    const bf16* cos, const bf16* sin, bf16* k_cache, bf16* v_cache, const int64_t* slots) {
-  const int64_t kv = kv_heads * hd;
+                    const bf16* cos, const bf16* sin, bf16* k_cache, bf16* v_cache, const int64_t* slots,
+                    int64_t h_begin = 0, int64_t h_end = -1) {
+  const int64_t kv = kv_heads * hd, all = heads + 2 * kv_heads;
+  h_end = h_end < 0 ? all : std::min(h_end, all);
+  const int64_t k_begin = std::max(h_begin, heads), k_end = std::min(h_end, heads + kv_heads);
+  const int64_t v_begin = std::max(h_begin, heads + kv_heads);
   at::parallel_for(0, rows, std::max<int64_t>(1, GRAIN / width), [&](int64_t begin, int64_t end) {
     for (int64_t r = begin; r < end; ++r) {
       bf16* row = qkv + r * width;
-      for (int64_t h = 0; h < heads + kv_heads; ++h) rope_head(row + h * hd, cos + r * hd, sin + r * hd, hd);
-      std::memcpy(k_cache + slots[r] * kv, row + heads * hd, kv * sizeof(bf16));
-      std::memcpy(v_cache + slots[r] * kv, row + heads * hd + kv, kv * sizeof(bf16));
+      for (int64_t h = h_begin; h < std::min(h_end, heads + kv_heads); ++h)
+        rope_head(row + h * hd, cos + r * hd, sin + r * hd, hd);
+      if (k_begin < k_end)
+        std::memcpy(k_cache + slots[r] * kv + (k_begin - heads) * hd, row + k_begin * hd, (k_end - k_begin) * hd * sizeof(bf16));
+      if (v_begin < h_end)
+        std::memcpy(v_cache + slots[r] * kv + (v_begin - heads - kv_heads) * hd, row + v_begin * hd,
+                    (h_end - v_begin) * hd * sizeof(bf16));
     }
   });
 }
@@ -149,14 +160,9 @@ LayerWeights layer_weights(const std::vector<c10::optional<at::Tensor>>& w, cons
 }
 
 // Every layer's shapes and dtypes, checked before the first one runs: a bad call changes nothing.
-void check_layer(const LayerWeights& w, const at::Tensor& k_cache, const at::Tensor& v_cache, int64_t hidden,
-                 int64_t num_heads) {
-  TORCH_CHECK(k_cache.dim() == 4 && k_cache.is_contiguous() && v_cache.is_contiguous() &&
-                  v_cache.sizes() == k_cache.sizes() && k_cache.scalar_type() == at::kBFloat16 &&
-                  v_cache.scalar_type() == at::kBFloat16,
-              "decoder_layers_bf16: k_cache and v_cache must be one contiguous bfloat16 pool layer each");
-  const int64_t kv_heads = k_cache.size(2), hd = k_cache.size(3);
-  TORCH_CHECK(num_heads > 0 && num_heads % kv_heads == 0 && hd % 2 == 0 && hd <= 256 && hidden % 2 == 0,
+void check_layer(const LayerWeights& w, int64_t hidden, int64_t num_heads, int64_t kv_heads, int64_t hd) {
+  TORCH_CHECK(num_heads > 0 && kv_heads > 0 && num_heads % kv_heads == 0 && hd > 0 && hd % 2 == 0 && hd <= 256 &&
+                  hidden % 2 == 0,
               "decoder_layers_bf16: heads must be a multiple of kv heads, head_dim even and <= 256, hidden even");
   const int64_t q_dim = num_heads * hd, width = q_dim + 2 * kv_heads * hd, inter = gate_up_half(w.gate_up);
   for (const at::Tensor* t : {&w.input_norm, &w.post_norm})
@@ -229,10 +235,11 @@ void run_layer(bf16* xp, const LayerWeights& w, at::Tensor& k_cache, at::Tensor&
 }
 
 // Whether run_team computes this step: a few rows (a decode step of a few sequences), every linear a
-// pack linear_quant computes in shares, and threads to share them. Anything else runs layer by layer.
-bool team_runs(const std::vector<LayerWeights>& stack, int64_t rows, int64_t hidden, int64_t width) {
+// pack linear_quant computes in shares, heads of whole pack groups (a qkv share is whole heads), and
+// threads to share them. Anything else runs layer by layer.
+bool team_runs(const std::vector<LayerWeights>& stack, int64_t rows, int64_t hidden, int64_t width, int64_t hd) {
 #if defined(_OPENMP)
-  if (rows > TEAM_ROWS || at::get_num_threads() < 2 || at::in_parallel_region()) return false;
+  if (rows > TEAM_ROWS || hd % 16 != 0 || at::get_num_threads() < 2 || at::in_parallel_region()) return false;
   for (const LayerWeights& w : stack)
     if (!linear_quant_shares(w.qkv.type, width, Epilogue::kStore) ||
         !linear_quant_shares(w.o.type, hidden, Epilogue::kAddInto) ||
@@ -247,17 +254,18 @@ bool team_runs(const std::vector<LayerWeights>& stack, int64_t rows, int64_t hid
 
 // A thread's share of one of the layer's linears (run_team)
 void linear_share(const bf16* x, int64_t x_stride, int64_t rows, int64_t k, const Packed& w, int64_t n, bf16* out,
-                  int64_t out_stride, Epilogue epilogue, int64_t part, int64_t parts) {
-  linear_quant_share(quant_args(x, x_stride, rows, k, w, n, out, out_stride, epilogue), part, parts);
+                  int64_t out_stride, Epilogue epilogue, int64_t part, int64_t parts, int64_t unit_cols = 16) {
+  linear_quant_share(quant_args(x, x_stride, rows, k, w, n, out, out_stride, epilogue), part, parts, unit_cols);
 }
 
 // Every layer of a few-row step in one parallel region: the threads meet at a barrier between stages
 // where each GEMM and the attention would otherwise start and join a region of their own (1-2 us each,
 // 5 a layer); the attention splits each row's keys between the threads (paged_attention_team) where
 // run_layer's gives each thread whole (row, KV head) jobs, 2:1 for SmolLM2's 3 KV heads on 2 threads.
-// Each thread norms the rows for itself and quantizes them for its share of each linear; the rope and
-// the pool write are thread 0's. Every output element is computed by the same operations as in
-// run_layer: the same bits.
+// Each thread norms the rows for itself and quantizes them for its share of each linear. A qkv share is
+// whole heads, which its thread ropes and writes to the pool before the barrier: no stage of its own.
+// The barriers are TeamBarrier's (team_barrier.h), not libgomp's. Every output element is computed by
+// the same operations as in run_layer: the same bits.
 void run_team(bf16* xp, const std::vector<LayerWeights>& stack, at::TensorList k_caches, at::TensorList v_caches,
               const StepRows& s, Scratch& scratch) {
 #if defined(_OPENMP)
@@ -270,45 +278,44 @@ void run_team(bf16* xp, const std::vector<LayerWeights>& stack, at::TensorList k
   const int64_t score_floats = paged_attention_team_scores(q, k_caches[0], s.context_lens);
   std::vector<float> scores(std::max<int64_t>(score_floats, 0));
   float* shared_scores = score_floats >= 0 ? scores.data() : nullptr;
+  TeamBarrier barrier;
 #pragma omp parallel num_threads(at::get_num_threads())
   {
     const int64_t part = omp_get_thread_num(), parts = omp_get_num_threads();
+    const auto meet = [&] { barrier.wait(static_cast<int>(parts)); };
     std::vector<bf16> own(rows * hidden);  // this thread's normed rows
     for (size_t i = 0; i < stack.size(); ++i) {
       const LayerWeights& w = stack[i];
       {
         RECORD_USER_SCOPE("fused.qkv_proj");  // recorded on the thread that holds the profiler: thread 0
         norm_rows(own.data(), xp, w.input_norm, rows, hidden, s.eps);
-        linear_share(own.data(), hidden, rows, hidden, w.qkv, width, qkv_out, width, Epilogue::kStore, part, parts);
-#pragma omp barrier
-      }
-      if (part == 0) {
-        RECORD_USER_SCOPE("fused.rope_kv_write");
+        linear_share(own.data(), hidden, rows, hidden, w.qkv, width, qkv_out, width, Epilogue::kStore, part, parts, hd);
+        const ColumnShare mine = quant_share_columns(width, part, parts, hd);  // whole heads: rope them here
         rope_and_store(qkv_out, rows, width, s.num_heads, kv_heads, hd, s.cos, s.sin, k_caches[i].data_ptr<bf16>(),
-                       v_caches[i].data_ptr<bf16>(), s.slots);
+                       v_caches[i].data_ptr<bf16>(), s.slots, mine.begin / hd, mine.end / hd);
+        meet();
       }
-#pragma omp barrier
       {
         RECORD_USER_SCOPE("fused.attention");
         paged_attention_team(scratch.attn, q, k_caches[i], v_caches[i], s.block_tables, s.row_tables, s.context_lens,
-                             s.scale, part, parts, shared_scores);
-#pragma omp barrier
+                             s.scale, part, parts, shared_scores, barrier);
+        meet();
       }
       {
         RECORD_USER_SCOPE("fused.o_proj_residual");
         linear_share(attn, q_dim, rows, q_dim, w.o, hidden, xp, hidden, Epilogue::kAddInto, part, parts);
-#pragma omp barrier
+        meet();
       }
       {
         RECORD_USER_SCOPE("fused.gate_up_silu");
         norm_rows(own.data(), xp, w.post_norm, rows, hidden, s.eps);
         linear_share(own.data(), hidden, rows, hidden, w.gate_up, 2 * inter, act, inter, Epilogue::kSiluMul, part, parts);
-#pragma omp barrier
+        meet();
       }
       {
         RECORD_USER_SCOPE("fused.down_proj_residual");
         linear_share(act, inter, rows, inter, w.down, hidden, xp, hidden, Epilogue::kAddInto, part, parts);
-#pragma omp barrier
+        meet();
       }
     }
   }
@@ -317,46 +324,66 @@ void run_team(bf16* xp, const std::vector<LayerWeights>& stack, at::TensorList k
 
 }  // namespace
 
-// The step's decoder layers in turn over x, in place: layer i reads weights [10 i, 10 i + 10) and its
-// pool layer k_caches[i], v_caches[i]; linear_types[4 i + j] is the type of its j-th linear (qkv, o, gate_up,
-// down): -1 a pack_linear_bf16 pack, else a ggml type id (empty: every one -1). One call a step instead of one a layer: on SmolLM2 the Python
-// and dispatch around 30 layer calls cost about as much as a tenth of a one-row step.
-void decoder_layers_bf16(at::Tensor x, const c10::List<c10::optional<at::Tensor>>& weight_list,
-                         at::TensorList k_caches, at::TensorList v_caches, const at::Tensor& cos, const at::Tensor& sin,
-                         const at::Tensor& slot_mapping, const at::Tensor& block_tables,
-                         const c10::optional<at::Tensor>& row_tables, const at::Tensor& context_lens,
-                         int64_t num_heads, double eps, double scale, at::IntArrayRef linear_types) {
+// Every layer's weights, checked: what decoder_layers_bf16 runs in one call, and what a DecoderStack keeps
+// between steps (decoder_stack_cpu.cpp). layers views weights: a stack is never copied.
+struct LayerStack {
+  std::vector<c10::optional<at::Tensor>> weights;
+  std::vector<int64_t> types;
+  std::vector<LayerWeights> layers;
+  int64_t hidden = 0, num_heads = 0, kv_heads = 0, head_dim = 0;
+};
+
+std::shared_ptr<const LayerStack> check_layer_stack(const c10::List<c10::optional<at::Tensor>>& weight_list,
+                                                    at::IntArrayRef linear_types, int64_t num_heads,
+                                                    int64_t kv_heads, int64_t head_dim) {
   TORCH_CHECK(linear_bf16_supported(), "decoder_layers_bf16: built without AVX512_BF16 or AVX2 and FMA");
-  TORCH_CHECK(x.dim() == 2 && x.is_contiguous() && x.scalar_type() == at::kBFloat16 && x.device().is_cpu(),
-              "decoder_layers_bf16: x must be a contiguous (rows, hidden) bfloat16 CPU tensor");
-  const int64_t layers = static_cast<int64_t>(k_caches.size());
-  TORCH_CHECK(static_cast<int64_t>(v_caches.size()) == layers &&
-                  static_cast<int64_t>(weight_list.size()) == WEIGHTS_PER_LAYER * layers,
-              "decoder_layers_bf16: ", WEIGHTS_PER_LAYER, " weights and a k and v pool layer per layer, got ",
-              weight_list.size(), " weights, ", k_caches.size(), " and ", v_caches.size(), " pool layers");
-  const int64_t rows = x.size(0), hidden = x.size(1);
-  const std::vector<c10::optional<at::Tensor>> weights = weight_list.vec();
-  std::vector<int64_t> types(4 * layers, -1);
+  const int64_t layers = static_cast<int64_t>(weight_list.size()) / WEIGHTS_PER_LAYER;
+  TORCH_CHECK(static_cast<int64_t>(weight_list.size()) == WEIGHTS_PER_LAYER * layers,
+              "decoder_layers_bf16: ", WEIGHTS_PER_LAYER, " weights a layer, got ", weight_list.size());
+  auto stack = std::make_shared<LayerStack>();
+  stack->weights = weight_list.vec();
+  stack->types.assign(4 * layers, -1);
+  stack->num_heads = num_heads, stack->kv_heads = kv_heads, stack->head_dim = head_dim;
   if (!linear_types.empty()) {
     TORCH_CHECK(static_cast<int64_t>(linear_types.size()) == 4 * layers, "decoder_layers_bf16: linear_types must "
                 "hold 4 types a layer (qkv, o, gate_up, down), got ", linear_types.size(), " for ", layers, " layers");
     for (int64_t i = 0; i < 4 * layers; ++i) {
       TORCH_CHECK(linear_types[i] == -1 || linear_quant_supported(linear_types[i]), "decoder_layers_bf16: linear_types[",
                   i, "] = ", linear_types[i], " is neither -1 (bf16) nor a quantized type linear_quant runs here");
-      types[i] = linear_types[i];
+      stack->types[i] = linear_types[i];
     }
   }
-  std::vector<LayerWeights> stack;
-  stack.reserve(layers);
+  stack->layers.reserve(layers);
   for (int64_t i = 0; i < layers; ++i) {
-    stack.push_back(layer_weights(weights, types.data(), i));
-    check_layer(stack[i], k_caches[i], v_caches[i], hidden, num_heads);
-    TORCH_CHECK(k_caches[i].sizes() == k_caches[0].sizes() &&  // the scratch is sized by layer 0
-                    gate_up_half(stack[i].gate_up) == gate_up_half(stack[0].gate_up),
-                "decoder_layers_bf16: every layer must have layer 0's shapes");
+    stack->layers.push_back(layer_weights(stack->weights, stack->types.data(), i));
+    if (i == 0) stack->hidden = stack->layers[0].input_norm.numel();
+    check_layer(stack->layers[i], stack->hidden, num_heads, kv_heads, head_dim);
+    TORCH_CHECK(gate_up_half(stack->layers[i].gate_up) == gate_up_half(stack->layers[0].gate_up),
+                "decoder_layers_bf16: every layer must have layer 0's shapes");  // the scratch is sized by layer 0
   }
+  return stack;
+}
+
+void run_layer_stack(const LayerStack& stack, at::Tensor x, at::TensorList k_caches, at::TensorList v_caches,
+                     const at::Tensor& cos, const at::Tensor& sin, const at::Tensor& slot_mapping,
+                     const at::Tensor& block_tables, const c10::optional<at::Tensor>& row_tables,
+                     const at::Tensor& context_lens, double eps, double scale) {
+  const int64_t layers = static_cast<int64_t>(stack.layers.size());
+  TORCH_CHECK(static_cast<int64_t>(k_caches.size()) == layers && static_cast<int64_t>(v_caches.size()) == layers,
+              "decoder_layers_bf16: a k and v pool layer per layer, got ", k_caches.size(), " and ", v_caches.size(),
+              " for ", layers, " layers");
+  TORCH_CHECK(x.dim() == 2 && x.is_contiguous() && x.scalar_type() == at::kBFloat16 && x.device().is_cpu() &&
+                  (layers == 0 || x.size(1) == stack.hidden),
+              "decoder_layers_bf16: x must be a contiguous (rows, hidden) bfloat16 CPU tensor, hidden the norms' size");
   if (layers == 0) return;
-  const int64_t hd = k_caches[0].size(3);
+  for (int64_t i = 0; i < layers; ++i)
+    TORCH_CHECK(k_caches[i].dim() == 4 && k_caches[i].is_contiguous() && v_caches[i].is_contiguous() &&
+                    k_caches[i].scalar_type() == at::kBFloat16 && v_caches[i].scalar_type() == at::kBFloat16 &&
+                    k_caches[i].sizes() == k_caches[0].sizes() && v_caches[i].sizes() == k_caches[0].sizes() &&
+                    k_caches[i].size(2) == stack.kv_heads && k_caches[i].size(3) == stack.head_dim,
+                "decoder_layers_bf16: k_cache and v_cache must be one contiguous bfloat16 pool layer each, of the "
+                "stack's KV heads and head_dim, every layer's the same shape");
+  const int64_t rows = x.size(0), hidden = x.size(1), num_heads = stack.num_heads, hd = stack.head_dim;
   TORCH_CHECK(cos.is_contiguous() && sin.is_contiguous() && cos.numel() == rows * hd && sin.numel() == rows * hd &&
                   cos.scalar_type() == at::kBFloat16 && sin.scalar_type() == at::kBFloat16,
               "decoder_layers_bf16: cos/sin tables (rows, head_dim) in bfloat16");
@@ -364,37 +391,37 @@ void decoder_layers_bf16(at::Tensor x, const c10::List<c10::optional<at::Tensor>
               "decoder_layers_bf16: slot_mapping must be (rows,) int64");
   if (rows == 0) return;
 
-  const int64_t kv_heads = k_caches[0].size(2), width = (num_heads + 2 * kv_heads) * hd;
+  const int64_t kv_heads = stack.kv_heads, width = (num_heads + 2 * kv_heads) * hd;
   const auto opts = x.options();
   Scratch scratch{at::detail::empty_cpu({rows, hidden}, opts), at::detail::empty_cpu({rows, width}, opts),
                   at::detail::empty_cpu({rows, num_heads, hd}, opts),
-                  at::detail::empty_cpu({rows, gate_up_half(stack[0].gate_up)}, opts)};
+                  at::detail::empty_cpu({rows, gate_up_half(stack.layers[0].gate_up)}, opts)};
   const std::optional<at::Tensor> tables_of_rows = row_tables ? std::optional<at::Tensor>(*row_tables) : std::nullopt;
   const StepRows step{rows, hidden, num_heads, cos.data_ptr<bf16>(), sin.data_ptr<bf16>(),
                       slot_mapping.data_ptr<int64_t>(), block_tables, tables_of_rows, context_lens, eps, scale};
   bf16* xp = x.data_ptr<bf16>();
-  if (team_runs(stack, rows, hidden, width)) return run_team(xp, stack, k_caches, v_caches, step, scratch);
+  if (team_runs(stack.layers, rows, hidden, width, hd)) return run_team(xp, stack.layers, k_caches, v_caches, step, scratch);
   for (int64_t i = 0; i < layers; ++i) {
     at::Tensor k_cache = k_caches[i], v_cache = v_caches[i];
-    run_layer(xp, stack[i], k_cache, v_cache, step, scratch);
+    run_layer(xp, stack.layers[i], k_cache, v_cache, step, scratch);
   }
 }
 
-// Whether every parameter the stack's packs were built from still sits at the storage and version it
-// had then: state[2 i] is params[i]'s data pointer, state[2 i + 1] its version (-1 for an inference
-// tensor, which keeps none). The check in Python, 300 attribute reads over caches a step's weights have
-// flushed, took ~0.3 ms of a SmolLM2 step.
-bool params_unchanged(at::TensorList params, const at::Tensor& state) {
-  TORCH_CHECK(state.scalar_type() == at::kLong && state.is_contiguous() && state.device().is_cpu(),
-              "params_unchanged: state must be a contiguous int64 CPU tensor");
-  if (state.numel() != 2 * static_cast<int64_t>(params.size())) return false;
-  const int64_t* s = state.data_ptr<int64_t>();
-  for (size_t i = 0; i < params.size(); ++i) {
-    const at::Tensor& p = params[i];
-    const int64_t version = p.is_inference() ? -1 : static_cast<int64_t>(p._version());
-    if (reinterpret_cast<int64_t>(p.data_ptr()) != s[2 * i] || version != s[2 * i + 1]) return false;
-  }
-  return true;
+// The step's decoder layers in turn over x, in place: layer i reads weights [10 i, 10 i + 10) and its
+// pool layer k_caches[i], v_caches[i]; linear_types[4 i + j] is the type of its j-th linear (qkv, o, gate_up,
+// down): -1 a pack_linear_bf16 pack, else a ggml type id (empty: every one -1). One call a step instead of
+// one a layer: on SmolLM2 the Python and dispatch around 30 layer calls cost about as much as a tenth of
+// a one-row step.
+void decoder_layers_bf16(at::Tensor x, const c10::List<c10::optional<at::Tensor>>& weight_list,
+                         at::TensorList k_caches, at::TensorList v_caches, const at::Tensor& cos, const at::Tensor& sin,
+                         const at::Tensor& slot_mapping, const at::Tensor& block_tables,
+                         const c10::optional<at::Tensor>& row_tables, const at::Tensor& context_lens,
+                         int64_t num_heads, double eps, double scale, at::IntArrayRef linear_types) {
+  TORCH_CHECK(!k_caches.empty() && k_caches[0].dim() == 4,
+              "decoder_layers_bf16: k_caches must hold a (blocks, block_size, kv_heads, head_dim) pool layer a layer");
+  const auto stack = check_layer_stack(weight_list, linear_types, num_heads, k_caches[0].size(2), k_caches[0].size(3));
+  run_layer_stack(*stack, x, k_caches, v_caches, cos, sin, slot_mapping, block_tables, row_tables, context_lens, eps,
+                  scale);
 }
 
 }  // namespace batchtop_cpu

@@ -58,6 +58,19 @@ struct Sink {
       store(a.out + r * a.out_stride + n, y);
     }
   }
+#if defined(__AVX512F__)
+  void group(int64_t r, int64_t n0, __m512 y) const {  // columns [n0, n0 + 16) at once: the same bits
+    if (a.bias) y = _mm512_add_ps(y, load16(a.bias + n0));
+    if (a.epilogue == Epilogue::kSiluMul) {
+      store16(gate_up + r * a.n + n0, y);
+    } else if (a.epilogue == Epilogue::kAddInto) {
+      T* o = a.out + r * a.out_stride + n0;
+      store16(o, _mm512_add_ps(load16(o), round16<T>(y)));
+    } else {
+      store16(a.out + r * a.out_stride + n0, y);
+    }
+  }
+#endif
 };
 
 template <class Q, typename T>
@@ -178,6 +191,10 @@ void repacked_groups(const QuantLinearArgsOf<T>& a, const RepackActs& acts, cons
       const int rows = static_cast<int>(std::min<int64_t>(REPACK_ROWS, a.rows - r0));
       REPACK_TILES<QT>[rows](acts, r0, a.blocks + g * group_bytes, y);
       for (int r = 0; r < rows; ++r) {
+        if (cols == GROUP_COLS) {
+          sink.group(r0 + r, n0, y[r]);
+          continue;
+        }
         _mm512_store_ps(lanes, y[r]);
         for (int c = 0; c < cols; ++c) sink(r0 + r, n0 + c, lanes[c]);
       }
@@ -205,13 +222,14 @@ void run_repacked(const QuantLinearArgsOf<T>& a) {
 // Share `part` of `parts`: the groups at::parallel_for would give that thread, except that a kSiluMul
 // share holds the same columns of both halves (the gate group and its up group), and finishes them.
 template <int64_t QT, typename T>
-void run_repacked_share(const QuantLinearArgsOf<T>& a, int64_t part, int64_t parts) {
+void run_repacked_share(const QuantLinearArgsOf<T>& a, int64_t part, int64_t parts, int64_t unit_cols) {
   const RepackActs acts = repacked_acts<QT>(a, false);
   T* gate_up = gate_up_rows(a);
   const Sink<T> sink{a, gate_up};
   const bool silu = a.epilogue == Epilogue::kSiluMul;
   const int64_t groups = (a.n + GROUP_COLS - 1) / GROUP_COLS, span = silu ? groups / 2 : groups;
-  const int64_t chunk = (span + parts - 1) / parts, begin = std::min(span, part * chunk), end = std::min(span, begin + chunk);
+  const ColumnShare share = quant_share_columns(silu ? a.n / 2 : a.n, part, parts, unit_cols);
+  const int64_t begin = share.begin / GROUP_COLS, end = std::min(span, (share.end + GROUP_COLS - 1) / GROUP_COLS);
   repacked_groups<QT>(a, acts, sink, begin, end);
   if (!silu) return;
   repacked_groups<QT>(a, acts, sink, span + begin, span + end);
@@ -281,15 +299,23 @@ bool linear_quant_shares(int64_t qtype, int64_t n, Epilogue epilogue) {
 #endif
 }
 
-void linear_quant_share(const QuantLinearArgs& a, int64_t part, int64_t parts) {
+ColumnShare quant_share_columns(int64_t n, int64_t part, int64_t parts, int64_t unit_cols) {
+  TORCH_CHECK(unit_cols > 0 && unit_cols % 16 == 0 && parts > 0 && part >= 0 && part < parts,
+              "quant_share_columns: unit_cols must be a positive multiple of 16, part one of parts");
+  const int64_t units = (n + unit_cols - 1) / unit_cols, chunk = (units + parts - 1) / parts;
+  const int64_t begin = std::min(units, part * chunk), end = std::min(units, begin + chunk);
+  return {std::min(n, begin * unit_cols), std::min(n, end * unit_cols)};
+}
+
+void linear_quant_share(const QuantLinearArgs& a, int64_t part, int64_t parts, int64_t unit_cols) {
   TORCH_CHECK(linear_quant_shares(a.qtype, a.n, a.epilogue), "linear_quant_share: ggml type ", a.qtype,
               " is not computed from a pack in shares here");
 #if defined(BATCHTOP_QUANT_VNNI)
   if (a.rows == 0 || a.n == 0) return;
   switch (a.qtype) {
-    case Q4_0::ID: return run_repacked_share<Q4_0::ID>(a, part, parts);
-    case Q4_1::ID: return run_repacked_share<Q4_1::ID>(a, part, parts);
-    case Q8_0::ID: return run_repacked_share<Q8_0::ID>(a, part, parts);
+    case Q4_0::ID: return run_repacked_share<Q4_0::ID>(a, part, parts, unit_cols);
+    case Q4_1::ID: return run_repacked_share<Q4_1::ID>(a, part, parts, unit_cols);
+    case Q8_0::ID: return run_repacked_share<Q8_0::ID>(a, part, parts, unit_cols);
   }
 #endif
 }

@@ -9,6 +9,8 @@
 #include <cstdint>
 #include <optional>
 
+#include "team_barrier.h"
+
 namespace batchtop_cpu {
 
 // paged_attention_cpu.cpp. out, q: (rows, heads, head_dim), last dim contiguous; k/v_cache: one
@@ -29,7 +31,8 @@ void paged_attention_parts(at::Tensor out, const at::Tensor& q, const at::Tensor
 int64_t paged_attention_team_scores(const at::Tensor& q, const at::Tensor& k_cache, const at::Tensor& context_lens);
 void paged_attention_team(at::Tensor out, const at::Tensor& q, const at::Tensor& k_cache, const at::Tensor& v_cache,
                           const at::Tensor& block_tables, const std::optional<at::Tensor>& row_tables,
-                          const at::Tensor& context_lens, double scale, int64_t part, int64_t parts, float* scores);
+                          const at::Tensor& context_lens, double scale, int64_t part, int64_t parts, float* scores,
+                          TeamBarrier& barrier);
 
 // fused_ops_cpu.cpp
 void rms_norm(at::Tensor out, at::Tensor x, const at::Tensor& weight, double eps);
@@ -67,6 +70,5 @@ void decoder_layers_bf16(at::Tensor x, const c10::List<c10::optional<at::Tensor>
                          const at::Tensor& slot_mapping, const at::Tensor& block_tables,
                          const c10::optional<at::Tensor>& row_tables, const at::Tensor& context_lens,
                          int64_t num_heads, double eps, double scale, at::IntArrayRef linear_types);
-bool params_unchanged(at::TensorList params, const at::Tensor& state);
 
 }  // namespace batchtop_cpu

@@ -609,7 +609,8 @@ void attend_avx2_group(const Job& job, const Pool& pool, int group, float scale,
 template <int P, int G>
 void attend_bf16_team(const at::Tensor& out, const at::Tensor& q, const at::Tensor& k_cache, const at::Tensor& v_cache,
                       const at::Tensor& block_tables, const std::optional<at::Tensor>& row_tables,
-                      const at::Tensor& context_lens, float scale, int64_t part, int64_t parts, float* scores) {
+                      const at::Tensor& context_lens, float scale, int64_t part, int64_t parts, float* scores,
+                      TeamBarrier& barrier) {
   using bf16 = c10::BFloat16;
   const CallRows<bf16> call(out, q, k_cache, v_cache, block_tables, row_tables, context_lens);
   const int64_t rows = q.size(0), heads = q.size(1), kv_heads = call.kv_heads;
@@ -623,7 +624,7 @@ void attend_bf16_team(const at::Tensor& out, const at::Tensor& q, const at::Tens
       bf16_scores<P, G>(call.job(r, h), call.pool(h), group, scale, scores + base[r] + h * group * padded, padded,
                         t_begin, t_end, false);
   }
-#pragma omp barrier
+  barrier.wait(static_cast<int>(parts));
   thread_local std::vector<bf16> probs;
   float inv_sum[16];
   const int64_t units = rows * kv_heads * P;
@@ -652,16 +653,16 @@ template <int P>
 void attend_bf16_team_group(int group, const at::Tensor& out, const at::Tensor& q, const at::Tensor& k_cache,
                             const at::Tensor& v_cache, const at::Tensor& block_tables,
                             const std::optional<at::Tensor>& row_tables, const at::Tensor& context_lens, float scale,
-                            int64_t part, int64_t parts, float* scores) {
+                            int64_t part, int64_t parts, float* scores, TeamBarrier& barrier) {
   switch (group) {
 #define TEAM_CASE(G)                                                                                      \
   case G:                                                                                                 \
     return attend_bf16_team<P, G>(out, q, k_cache, v_cache, block_tables, row_tables, context_lens, scale, \
-                                  part, parts, scores);
+                                  part, parts, scores, barrier);
     TEAM_CASE(1) TEAM_CASE(2) TEAM_CASE(3) TEAM_CASE(4) TEAM_CASE(8)
 #undef TEAM_CASE
     default: return attend_bf16_team<P, 0>(out, q, k_cache, v_cache, block_tables, row_tables, context_lens, scale,
-                                           part, parts, scores);
+                                           part, parts, scores, barrier);
   }
 }
 #endif
@@ -765,15 +766,16 @@ int64_t paged_attention_team_scores(const at::Tensor& q, const at::Tensor& k_cac
 
 void paged_attention_team(at::Tensor out, const at::Tensor& q, const at::Tensor& k_cache, const at::Tensor& v_cache,
                           const at::Tensor& block_tables, const std::optional<at::Tensor>& row_tables,
-                          const at::Tensor& context_lens, double scale, int64_t part, int64_t parts, float* scores) {
+                          const at::Tensor& context_lens, double scale, int64_t part, int64_t parts, float* scores,
+                          TeamBarrier& barrier) {
 #if defined(__AVX512BF16__)
   if (scores != nullptr) {
     const int group = static_cast<int>(q.size(1) / k_cache.size(2));
     if (q.size(2) == 64)
       return attend_bf16_team_group<2>(group, out, q, k_cache, v_cache, block_tables, row_tables, context_lens,
-                                       static_cast<float>(scale), part, parts, scores);
+                                       static_cast<float>(scale), part, parts, scores, barrier);
     return attend_bf16_team_group<4>(group, out, q, k_cache, v_cache, block_tables, row_tables, context_lens,
-                                     static_cast<float>(scale), part, parts, scores);
+                                     static_cast<float>(scale), part, parts, scores, barrier);
   }
 #endif
   paged_attention_parts(out, q, k_cache, v_cache, block_tables, row_tables, context_lens, scale, part, parts);

@@ -1,7 +1,10 @@
-// The torch schemas of every op in ops_cpu.h: the one source that includes torch/library.h. The
-// Python side calls them as torch.ops.batchtop_cpu.<name> (gpu_kernels/cpu_kernels.py).
+// The torch schemas of every op in ops_cpu.h, and the DecoderStack class: the one source that includes
+// torch/library.h. The Python side calls them as torch.ops.batchtop_cpu.<name> and
+// torch.classes.batchtop_cpu.DecoderStack (gpu_kernels/cpu_kernels.py).
+#include <torch/custom_class.h>
 #include <torch/library.h>
 
+#include "decoder_stack.h"
 #include "ops_cpu.h"
 
 TORCH_LIBRARY(batchtop_cpu, m) {
@@ -27,7 +30,10 @@ TORCH_LIBRARY(batchtop_cpu, m) {
   m.def("decoder_layers_bf16(Tensor(a!) x, Tensor?[] weights, Tensor(b!)[] k_caches, Tensor(c!)[] v_caches, "
         "Tensor cos, Tensor sin, Tensor slot_mapping, Tensor block_tables, Tensor? row_tables, Tensor context_lens, "
         "int num_heads, float eps, float scale, int[] linear_types=[]) -> ()");
-  m.def("params_unchanged(Tensor[] params, Tensor state) -> bool", &params_unchanged);
+  m.class_<DecoderStack>("DecoderStack")
+      .def(torch::init<c10::List<c10::optional<at::Tensor>>, std::vector<int64_t>, int64_t, int64_t, int64_t,
+                       double, double, std::vector<at::Tensor>>())
+      .def("run", &DecoderStack::run);
 
   m.impl("paged_attention", c10::DispatchKey::CPU, TORCH_FN(paged_attention));
   m.impl("rms_norm", c10::DispatchKey::CPU, TORCH_FN(rms_norm));

@@ -94,7 +94,8 @@ def op_by_op(x, layers, pools, cos, sin, slots, tables, row_tables, lens, scale)
         down(cpu_kernels.silu_and_mul(gate_up(cpu_kernels.rms_norm(x, post, EPS))), out=x)
 
 
-@pytest.mark.parametrize("num_threads", [1, 2])
+# 5 threads: more than CI's 2 cores, so a team thread waits at its barriers for one that is not running
+@pytest.mark.parametrize("num_threads", [1, 2, 5])
 @pytest.mark.parametrize("rows_spec", [[(5, 1), (0, 1), (17, 1)], [(40, 1), (0, 1), (50, 1)],
                                        [(7, 1), (0, 9), (2, 1), (12, 6)]],
                          ids=["decode", "long-decode", "decode-and-prompts"])

@@ -222,6 +222,23 @@ def test_a_bad_fused_layer_call_names_what_is_wrong():
             fused(layer, x, cos[:1], sin[:1], batch, rows)
 
 
+def count_stack_runs(monkeypatch) -> list[int]:
+    """A list that grows by one at every run of the models' DecoderStacks (the fused layers) from now on."""
+    calls: list[int] = []
+    make_stack = cpu_kernels.decoder_stack
+
+    class CountedStack:
+        def __init__(self, *args, **kwargs):
+            self.stack = make_stack(*args, **kwargs)
+
+        def run(self, *args):
+            calls.append(1)
+            return self.stack.run(*args)
+
+    monkeypatch.setattr(cpu_kernels, "decoder_stack", CountedStack)
+    return calls
+
+
 def test_a_bf16_engine_runs_its_layers_fused_and_greedy_tokens_match_the_op_by_op_engine(monkeypatch):
     """The engine really takes the one-call path on this CPU (decode and mixed steps), and its greedy
     tokens are those of the same model run op by op."""
@@ -230,9 +247,7 @@ def test_a_bf16_engine_runs_its_layers_fused_and_greedy_tokens_match_the_op_by_o
 
     requests = make_requests(6, seed=5, prompt=(3, 20), output=(6, 12))
     fused_engine = Engine(tiny_config(max_num_seqs=4, dtype="bfloat16"))
-    calls = []
-    stack = cpu_kernels.decoder_layers_bf16
-    monkeypatch.setattr(cpu_kernels, "decoder_layers_bf16", lambda *a: calls.append(1) or stack(*a))
+    calls = count_stack_runs(monkeypatch)
     fused, _, _ = run_all(fused_engine, requests)
     assert calls
     model = fused_engine.runner.model
@@ -258,9 +273,7 @@ def test_kernels_switched_in_mid_run_bring_the_fused_layers_and_change_no_token(
     config = tiny_config(max_num_seqs=4, dtype="bfloat16")
     from_start, _, _ = run_all(Engine(config), requests)
 
-    calls: list[int] = []
-    stack = cpu_kernels.decoder_layers_bf16
-    monkeypatch.setattr(cpu_kernels, "decoder_layers_bf16", lambda *a: calls.append(1) or stack(*a))
+    calls = count_stack_runs(monkeypatch)
     monkeypatch.setattr(cpu_kernels, "_active", False)  # as while the background build runs
     packing.cache_clear()
     steps = iter(range(1000))

@@ -208,11 +208,11 @@ def test_the_fused_decoder_layers_on_blocks_are_bitwise_the_layers_op_by_op(tmp_
     write_mixed_gguf(path, llama(), uniform(kind))
     run = runner(path, "quantized", "bfloat16")
     if not quant_linear.layers_fuse(run.model):
-        pytest.skip("decoder_layers_bf16 does not take block matrices here (the kernels are not built with them)")
+        pytest.skip("the fused decoder layers do not take block matrices here (the kernels are not built with them)")
     from batchtop.gpu_kernels import cpu_kernels
     calls = []
-    stack = cpu_kernels.decoder_layers_bf16
-    monkeypatch.setattr(cpu_kernels, "decoder_layers_bf16", lambda *a, **k: calls.append(k) or stack(*a, **k))
+    stack = cpu_kernels.decoder_stack
+    monkeypatch.setattr(cpu_kernels, "decoder_stack", lambda *a, **k: calls.append(k) or stack(*a, **k))
     fused = paged_logits(run, PROMPT)
     assert calls and calls[0]["linear_types"] == [int(kind)] * 8  # 2 layers x (qkv, o, gate_up, down)
     run.model.fuse_layers = False
