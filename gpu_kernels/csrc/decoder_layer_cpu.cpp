@@ -417,9 +417,11 @@ void decoder_layers_bf16(at::Tensor x, const c10::List<c10::optional<at::Tensor>
                          const at::Tensor& slot_mapping, const at::Tensor& block_tables,
                          const c10::optional<at::Tensor>& row_tables, const at::Tensor& context_lens,
                          int64_t num_heads, double eps, double scale, at::IntArrayRef linear_types) {
-  TORCH_CHECK(!k_caches.empty() && k_caches[0].dim() == 4,
+  const bool pool = !k_caches.empty();  // no layers: nothing to check them against
+  TORCH_CHECK(!pool || k_caches[0].dim() == 4,
               "decoder_layers_bf16: k_caches must hold a (blocks, block_size, kv_heads, head_dim) pool layer a layer");
-  const auto stack = check_layer_stack(weight_list, linear_types, num_heads, k_caches[0].size(2), k_caches[0].size(3));
+  const auto stack = check_layer_stack(weight_list, linear_types, num_heads, pool ? k_caches[0].size(2) : 0,
+                                       pool ? k_caches[0].size(3) : 0);
   run_layer_stack(*stack, x, k_caches, v_caches, cos, sin, slot_mapping, block_tables, row_tables, context_lens, eps,
                   scale);
 }

@@ -86,7 +86,7 @@ __attribute__((always_inline)) inline void repacked_tile(const RepackActs& a, in
       const __m512i v = _mm512_loadu_si512(rec + F::HEAD + 64 * j);
       if constexpr (F::NIBBLES) {
         w[j] = _mm512_and_si512(v, low);
-        w[j + 4] = _mm512_andnot_si512(low, v);  // 16 x the high nibble: the dot scaled back below
+        w[j + 4] = _mm512_and_si512(_mm512_srli_epi16(v, 4), low);
       } else {
         w[j] = v;
       }
@@ -97,23 +97,13 @@ __attribute__((always_inline)) inline void repacked_tile(const RepackActs& a, in
       const int32_t* x = reinterpret_cast<const int32_t*>(a.q + (r0 + r) * a.k + 32 * b);
       // two chains of 4 dots: integers, so the split does not change the sum
       __m512i d0 = F::IOFF ? _mm512_set1_epi32(a.ioff[rb]) : _mm512_setzero_si512(), d1 = _mm512_setzero_si512();
-      __m512i idot;
-      if constexpr (F::NIBBLES) {  // low nibbles, and 16 x the high ones: exactly a multiple of 16
 #pragma GCC unroll 8
-        for (int s = 0; s < 4; ++s) {
-          d0 = _mm512_dpbusd_epi32(d0, w[s], _mm512_set1_epi32(x[s]));
-          d1 = _mm512_dpbusd_epi32(d1, w[s + 4], _mm512_set1_epi32(x[s + 4]));
-        }
-        idot = _mm512_add_epi32(d0, _mm512_srai_epi32(d1, 4));
-      } else {
-#pragma GCC unroll 8
-        for (int s = 0; s < 8; s += 2) {
-          d0 = _mm512_dpbusd_epi32(d0, w[s], _mm512_set1_epi32(x[s]));
-          d1 = _mm512_dpbusd_epi32(d1, w[s + 1], _mm512_set1_epi32(x[s + 1]));
-        }
-        idot = _mm512_add_epi32(d0, d1);
+      for (int s = 0; s < 8; s += 2) {
+        d0 = _mm512_dpbusd_epi32(d0, w[s], _mm512_set1_epi32(x[s]));
+        d1 = _mm512_dpbusd_epi32(d1, w[s + 1], _mm512_set1_epi32(x[s + 1]));
       }
-      acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(idot), _mm512_mul_ps(d, _mm512_set1_ps(a.dx[rb])), acc[r]);
+      acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(d0, d1)), _mm512_mul_ps(d, _mm512_set1_ps(a.dx[rb])),
+                               acc[r]);
       if constexpr (F::MIN) acc[r] = _mm512_fmadd_ps(m, _mm512_set1_ps(a.xsum[rb]), acc[r]);
     }
   }

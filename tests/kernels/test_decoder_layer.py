@@ -222,6 +222,29 @@ def test_a_bad_fused_layer_call_names_what_is_wrong():
             fused(layer, x, cos[:1], sin[:1], batch, rows)
 
 
+def test_a_decoder_stack_takes_the_steps_pool_and_refuses_one_of_other_heads():
+    """A DecoderStack keeps the weights, not the pool: it runs a step on the pool it is given, bitwise the
+    one-shot call, and names a pool layer whose heads are not the stack's."""
+    layer, x, cos, sin, batch = layer_and_batch(preset("tiny"), [(3, 1), (0, 1)])
+    varlen = batch.varlen
+    rows = (varlen.tables, varlen.row_tables, varlen.context_lens)
+    attn = layer.self_attn
+    k_cache, v_cache = batch.kv_caches[attn.layer_idx]
+    with torch.inference_mode():
+        stack = cpu_kernels.decoder_stack(list(layer.fused_weights()), attn.num_heads, attn.num_kv_heads,
+                                          attn.head_dim, layer.input_layernorm.variance_epsilon, attn.scale,
+                                          list(layer.fused_parameters()))
+        want, got = x.clone(), x.clone()
+        pools = [(k_cache.clone(), v_cache.clone()) for _ in range(2)]
+        fused(layer, want, cos, sin, dataclasses.replace(batch, kv_caches=[pools[0]]), rows)
+        assert stack.run(got, [pools[1][0]], [pools[1][1]], cos, sin, batch.slot_mapping, *rows)
+        assert torch.equal(got, want) and not torch.equal(got, x)
+        assert torch.equal(pools[1][0], pools[0][0]) and torch.equal(pools[1][1], pools[0][1])
+        narrow = [k_cache[..., :-2].contiguous()], [v_cache[..., :-2].contiguous()]
+        with pytest.raises(RuntimeError, match="the stack's KV heads and head_dim"):
+            stack.run(x.clone(), *narrow, cos, sin, batch.slot_mapping, *rows)
+
+
 def count_stack_runs(monkeypatch) -> list[int]:
     """A list that grows by one at every run of the models' DecoderStacks (the fused layers) from now on."""
     calls: list[int] = []
