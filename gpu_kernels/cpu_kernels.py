@@ -289,12 +289,17 @@ def decoder_layers_bf16(x: torch.Tensor, weights: list, k_caches: list[torch.Ten
                                                list(linear_types) if linear_types is not None else [])
 
 
+STACK_RAN, STACK_PARAMS_CHANGED, STACK_POSITIONS_PAST = 0, 1, 2  # what DecoderStack.run did (decoder_stack.h)
+
+
 def decoder_stack(weights: list, num_heads: int, kv_heads: int, head_dim: int, eps: float, scale: float,
                   params: list[torch.Tensor], linear_types: list[int] | None = None):
     """decoder_layers_bf16's arguments that stay the same from step to step, checked once and kept in C++
-    (decoder_stack.h): a DecoderStack whose run(x, k_caches, v_caches, cos, sin, slot_mapping,
-    block_tables, row_tables, context_lens) is decoder_layers_bf16 over them and returns True, or returns
-    False, running nothing, once any of params (what the weights were built from) was replaced or written."""
+    (decoder_stack.h): a DecoderStack whose run(x, k_caches, v_caches, cos, sin, positions, slot_mapping,
+    block_tables, row_tables, context_lens) is decoder_layers_bf16 over them, step row r roped with row
+    positions[r] of the whole cos and sin tables, and returns STACK_RAN; or runs nothing and returns
+    STACK_PARAMS_CHANGED, once any of params (what the weights were built from) was replaced or written,
+    or STACK_POSITIONS_PAST, where a position is past the tables' rows."""
     return torch.classes.batchtop_cpu.DecoderStack(weights, list(linear_types) if linear_types is not None else [],
                                                    num_heads, kv_heads, head_dim, eps, scale, list(params))
 

@@ -118,10 +118,11 @@ void norm_rows(bf16* out, const bf16* x, const at::Tensor& weight, int64_t rows,
 }
 
 // RoPE on each row's q and k heads in place, then its k and v heads into the pool at its slot: of the
-// row's heads [h_begin, h_end) (q heads, then k, then v; all of them by default).
+// row's heads [h_begin, h_end) (q heads, then k, then v; all of them by default). Row r's cos and sin are
+// row table_rows[r] of the tables (row r where table_rows is null).
 void rope_and_store(bf16* qkv, int64_t rows, int64_t width, int64_t heads, int64_t kv_heads, int64_t hd,
-                    const bf16* cos, const bf16* sin, bf16* k_cache, bf16* v_cache, const int64_t* slots,
-                    int64_t h_begin = 0, int64_t h_end = -1) {
+                    const bf16* cos, const bf16* sin, const int64_t* table_rows, bf16* k_cache, bf16* v_cache,
+                    const int64_t* slots, int64_t h_begin = 0, int64_t h_end = -1) {
   const int64_t kv = kv_heads * hd, all = heads + 2 * kv_heads;
   h_end = h_end < 0 ? all : std::min(h_end, all);
   const int64_t k_begin = std::max(h_begin, heads), k_end = std::min(h_end, heads + kv_heads);
@@ -129,8 +130,9 @@ void rope_and_store(bf16* qkv, int64_t rows, int64_t width, int64_t heads, int64
   at::parallel_for(0, rows, std::max<int64_t>(1, GRAIN / width), [&](int64_t begin, int64_t end) {
     for (int64_t r = begin; r < end; ++r) {
       bf16* row = qkv + r * width;
+      const int64_t t = table_rows != nullptr ? table_rows[r] : r;
       for (int64_t h = h_begin; h < std::min(h_end, heads + kv_heads); ++h)
-        rope_head(row + h * hd, cos + r * hd, sin + r * hd, hd);
+        rope_head(row + h * hd, cos + t * hd, sin + t * hd, hd);
       if (k_begin < k_end)
         std::memcpy(k_cache + slots[r] * kv + (k_begin - heads) * hd, row + k_begin * hd, (k_end - k_begin) * hd * sizeof(bf16));
       if (v_begin < h_end)
@@ -178,6 +180,7 @@ struct StepRows {  // what every layer of the step shares
   int64_t rows, hidden, num_heads;
   const bf16* cos;
   const bf16* sin;
+  const int64_t* table_rows;  // row r's cos and sin: row table_rows[r] of the tables (null: row r)
   const int64_t* slots;
   const at::Tensor& block_tables;
   const std::optional<at::Tensor>& row_tables;
@@ -208,8 +211,8 @@ void run_layer(bf16* xp, const LayerWeights& w, at::Tensor& k_cache, at::Tensor&
   }
   {
     RECORD_USER_SCOPE("fused.rope_kv_write");
-    rope_and_store(qkv_out, rows, width, s.num_heads, kv_heads, hd, s.cos, s.sin, k_cache.data_ptr<bf16>(),
-                   v_cache.data_ptr<bf16>(), s.slots);
+    rope_and_store(qkv_out, rows, width, s.num_heads, kv_heads, hd, s.cos, s.sin, s.table_rows,
+                   k_cache.data_ptr<bf16>(), v_cache.data_ptr<bf16>(), s.slots);
   }
   {
     RECORD_USER_SCOPE("fused.attention");
@@ -291,8 +294,8 @@ void run_team(bf16* xp, const std::vector<LayerWeights>& stack, at::TensorList k
         norm_rows(own.data(), xp, w.input_norm, rows, hidden, s.eps);
         linear_share(own.data(), hidden, rows, hidden, w.qkv, width, qkv_out, width, Epilogue::kStore, part, parts, hd);
         const ColumnShare mine = quant_share_columns(width, part, parts, hd);  // whole heads: rope them here
-        rope_and_store(qkv_out, rows, width, s.num_heads, kv_heads, hd, s.cos, s.sin, k_caches[i].data_ptr<bf16>(),
-                       v_caches[i].data_ptr<bf16>(), s.slots, mine.begin / hd, mine.end / hd);
+        rope_and_store(qkv_out, rows, width, s.num_heads, kv_heads, hd, s.cos, s.sin, s.table_rows,
+                       k_caches[i].data_ptr<bf16>(), v_caches[i].data_ptr<bf16>(), s.slots, mine.begin / hd, mine.end / hd);
         meet();
       }
       {
@@ -364,10 +367,19 @@ std::shared_ptr<const LayerStack> check_layer_stack(const c10::List<c10::optiona
   return stack;
 }
 
+int64_t stack_head_dim(const LayerStack& stack) { return stack.head_dim; }
+
+bool rope_rows_cover(const at::Tensor& positions, int64_t rows, int64_t table_rows) {
+  if (positions.scalar_type() != at::kLong || !positions.is_contiguous() || positions.numel() != rows) return false;
+  const int64_t* p = positions.data_ptr<int64_t>();
+  return std::all_of(p, p + rows, [&](int64_t t) { return t >= 0 && t < table_rows; });
+}
+
 void run_layer_stack(const LayerStack& stack, at::Tensor x, at::TensorList k_caches, at::TensorList v_caches,
-                     const at::Tensor& cos, const at::Tensor& sin, const at::Tensor& slot_mapping,
-                     const at::Tensor& block_tables, const c10::optional<at::Tensor>& row_tables,
-                     const at::Tensor& context_lens, double eps, double scale) {
+                     const at::Tensor& cos, const at::Tensor& sin, const c10::optional<at::Tensor>& positions,
+                     const at::Tensor& slot_mapping, const at::Tensor& block_tables,
+                     const c10::optional<at::Tensor>& row_tables, const at::Tensor& context_lens, double eps,
+                     double scale) {
   const int64_t layers = static_cast<int64_t>(stack.layers.size());
   TORCH_CHECK(static_cast<int64_t>(k_caches.size()) == layers && static_cast<int64_t>(v_caches.size()) == layers,
               "decoder_layers_bf16: a k and v pool layer per layer, got ", k_caches.size(), " and ", v_caches.size(),
@@ -384,9 +396,12 @@ void run_layer_stack(const LayerStack& stack, at::Tensor x, at::TensorList k_cac
                 "decoder_layers_bf16: k_cache and v_cache must be one contiguous bfloat16 pool layer each, of the "
                 "stack's KV heads and head_dim, every layer's the same shape");
   const int64_t rows = x.size(0), hidden = x.size(1), num_heads = stack.num_heads, hd = stack.head_dim;
-  TORCH_CHECK(cos.is_contiguous() && sin.is_contiguous() && cos.numel() == rows * hd && sin.numel() == rows * hd &&
-                  cos.scalar_type() == at::kBFloat16 && sin.scalar_type() == at::kBFloat16,
-              "decoder_layers_bf16: cos/sin tables (rows, head_dim) in bfloat16");
+  TORCH_CHECK(cos.is_contiguous() && sin.is_contiguous() && cos.numel() == sin.numel() && cos.numel() % hd == 0 &&
+                  cos.scalar_type() == at::kBFloat16 && sin.scalar_type() == at::kBFloat16 &&
+                  (positions || cos.numel() == rows * hd),
+              "decoder_layers_bf16: cos/sin tables (rows, head_dim) in bfloat16, or (positions, head_dim) with positions");
+  TORCH_CHECK(!positions || rope_rows_cover(*positions, rows, cos.numel() / hd),
+              "decoder_layers_bf16: positions must be (rows,) int64, each a row of the cos/sin tables");
   TORCH_CHECK(slot_mapping.scalar_type() == at::kLong && slot_mapping.is_contiguous() && slot_mapping.numel() == rows,
               "decoder_layers_bf16: slot_mapping must be (rows,) int64");
   if (rows == 0) return;
@@ -398,7 +413,8 @@ void run_layer_stack(const LayerStack& stack, at::Tensor x, at::TensorList k_cac
                   at::detail::empty_cpu({rows, gate_up_half(stack.layers[0].gate_up)}, opts)};
   const std::optional<at::Tensor> tables_of_rows = row_tables ? std::optional<at::Tensor>(*row_tables) : std::nullopt;
   const StepRows step{rows, hidden, num_heads, cos.data_ptr<bf16>(), sin.data_ptr<bf16>(),
-                      slot_mapping.data_ptr<int64_t>(), block_tables, tables_of_rows, context_lens, eps, scale};
+                      positions ? positions->data_ptr<int64_t>() : nullptr, slot_mapping.data_ptr<int64_t>(),
+                      block_tables, tables_of_rows, context_lens, eps, scale};
   bf16* xp = x.data_ptr<bf16>();
   if (team_runs(stack.layers, rows, hidden, width, hd)) return run_team(xp, stack.layers, k_caches, v_caches, step, scratch);
   for (int64_t i = 0; i < layers; ++i) {
@@ -422,8 +438,8 @@ void decoder_layers_bf16(at::Tensor x, const c10::List<c10::optional<at::Tensor>
               "decoder_layers_bf16: k_caches must hold a (blocks, block_size, kv_heads, head_dim) pool layer a layer");
   const auto stack = check_layer_stack(weight_list, linear_types, num_heads, pool ? k_caches[0].size(2) : 0,
                                        pool ? k_caches[0].size(3) : 0);
-  run_layer_stack(*stack, x, k_caches, v_caches, cos, sin, slot_mapping, block_tables, row_tables, context_lens, eps,
-                  scale);
+  run_layer_stack(*stack, x, k_caches, v_caches, cos, sin, c10::nullopt, slot_mapping, block_tables, row_tables,
+                  context_lens, eps, scale);
 }
 
 }  // namespace batchtop_cpu

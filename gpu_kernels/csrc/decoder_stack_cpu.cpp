@@ -1,6 +1,8 @@
 // DecoderStack (decoder_stack.h): decoder_layers_bf16's per-model arguments, checked once.
 #include "decoder_stack.h"
 
+#include <algorithm>
+
 namespace batchtop_cpu {
 namespace {
 
@@ -22,16 +24,20 @@ DecoderStack::DecoderStack(c10::List<c10::optional<at::Tensor>> weights, std::ve
   }
 }
 
-bool DecoderStack::run(at::Tensor x, std::vector<at::Tensor> k_caches, std::vector<at::Tensor> v_caches,
-                       const at::Tensor& cos, const at::Tensor& sin, const at::Tensor& slot_mapping,
-                       const at::Tensor& block_tables, const c10::optional<at::Tensor>& row_tables,
-                       const at::Tensor& context_lens) {
+int64_t DecoderStack::run(at::Tensor x, std::vector<at::Tensor> k_caches, std::vector<at::Tensor> v_caches,
+                          const at::Tensor& cos, const at::Tensor& sin, const at::Tensor& positions,
+                          const at::Tensor& slot_mapping, const at::Tensor& block_tables,
+                          const c10::optional<at::Tensor>& row_tables, const at::Tensor& context_lens) {
   for (size_t i = 0; i < params_.size(); ++i)
     if (reinterpret_cast<int64_t>(params_[i].data_ptr()) != state_[2 * i] || version_of(params_[i]) != state_[2 * i + 1])
-      return false;
-  run_layer_stack(*stack_, x, k_caches, v_caches, cos, sin, slot_mapping, block_tables, row_tables, context_lens,
-                  eps_, scale_);
-  return true;
+      return kParamsChanged;
+  const int64_t rows = x.dim() == 2 ? x.size(0) : -1, hd = std::max<int64_t>(1, stack_head_dim(*stack_));
+  if (positions.scalar_type() == at::kLong && positions.is_contiguous() && positions.numel() == rows &&
+      !rope_rows_cover(positions, rows, cos.numel() / hd))
+    return kPositionsPast;  // (positions of another dtype or shape: run_layer_stack names them)
+  run_layer_stack(*stack_, x, k_caches, v_caches, cos, sin, positions, slot_mapping, block_tables, row_tables,
+                  context_lens, eps_, scale_);
+  return kRan;
 }
 
 }  // namespace batchtop_cpu

@@ -222,14 +222,18 @@ def test_a_bad_fused_layer_call_names_what_is_wrong():
             fused(layer, x, cos[:1], sin[:1], batch, rows)
 
 
-def test_a_decoder_stack_takes_the_steps_pool_and_refuses_one_of_other_heads():
-    """A DecoderStack keeps the weights, not the pool: it runs a step on the pool it is given, bitwise the
-    one-shot call, and names a pool layer whose heads are not the stack's."""
+def test_a_decoder_stack_runs_on_the_steps_pool_and_rope_rows_and_says_what_stops_it():
+    """A DecoderStack keeps the weights, not the pool: it runs a step on the pool it is given, each row
+    roped with the table row its position names, bitwise the one-shot call on gathered rows. A position
+    past the tables runs nothing and says so; a pool of other heads is named."""
     layer, x, cos, sin, batch = layer_and_batch(preset("tiny"), [(3, 1), (0, 1)])
     varlen = batch.varlen
     rows = (varlen.tables, varlen.row_tables, varlen.context_lens)
     attn = layer.self_attn
     k_cache, v_cache = batch.kv_caches[attn.layer_idx]
+    n = x.shape[0]
+    positions = torch.arange(n - 1, -1, -1)  # row r takes table row n - 1 - r
+    tables = cos.flip(0).contiguous(), sin.flip(0).contiguous()
     with torch.inference_mode():
         stack = cpu_kernels.decoder_stack(list(layer.fused_weights()), attn.num_heads, attn.num_kv_heads,
                                           attn.head_dim, layer.input_layernorm.variance_epsilon, attn.scale,
@@ -237,12 +241,16 @@ def test_a_decoder_stack_takes_the_steps_pool_and_refuses_one_of_other_heads():
         want, got = x.clone(), x.clone()
         pools = [(k_cache.clone(), v_cache.clone()) for _ in range(2)]
         fused(layer, want, cos, sin, dataclasses.replace(batch, kv_caches=[pools[0]]), rows)
-        assert stack.run(got, [pools[1][0]], [pools[1][1]], cos, sin, batch.slot_mapping, *rows)
+        ran = stack.run(got, [pools[1][0]], [pools[1][1]], *tables, positions, batch.slot_mapping, *rows)
+        assert ran == cpu_kernels.STACK_RAN
         assert torch.equal(got, want) and not torch.equal(got, x)
         assert torch.equal(pools[1][0], pools[0][0]) and torch.equal(pools[1][1], pools[0][1])
+        past = x.clone()
+        ran = stack.run(past, [k_cache], [v_cache], cos, sin, positions + 1, batch.slot_mapping, *rows)
+        assert ran == cpu_kernels.STACK_POSITIONS_PAST and torch.equal(past, x)
         narrow = [k_cache[..., :-2].contiguous()], [v_cache[..., :-2].contiguous()]
         with pytest.raises(RuntimeError, match="the stack's KV heads and head_dim"):
-            stack.run(x.clone(), *narrow, cos, sin, batch.slot_mapping, *rows)
+            stack.run(x.clone(), *narrow, cos, sin, positions, batch.slot_mapping, *rows)
 
 
 def count_stack_runs(monkeypatch) -> list[int]:
