@@ -41,7 +41,8 @@ CSRC = Path(__file__).with_name("csrc")
 # the longest compiles first: ninja starts them in this order, so no long one is left to run alone at the end
 SOURCES = [CSRC / name for name in ("register_ops_cpu.cpp", "paged_attention_cpu.cpp", "decoder_layer_cpu.cpp",
                                     "fused_ops_cpu.cpp", "linear_bf16_cpu.cpp", "linear_quant_cpu.cpp",
-                                    "quant_repack.cpp", "sampling_cpu.cpp", "decoder_stack_cpu.cpp")]
+                                    "quant_repack.cpp", "sampling_cpu.cpp", "decoder_stack_cpu.cpp",
+                                    "decoder_team_cpu.cpp")]
 NAME = "batchtop_cpu_kernels"
 CFLAGS = ["-O3", "-march=native", "-fopenmp"]
 LDFLAGS = ["-fopenmp"]

@@ -20,8 +20,9 @@
 // is then bitwise the same ops run one by one with linear_quant in place of linear_bf16.
 //
 // A step of a few rows whose linears are all 16-column packs (Q4_0, Q4_1, Q8_0) runs as one team of
-// threads (run_team): one parallel region for every layer, the threads meeting at barriers between the
-// stages, where each stage would otherwise start and join a parallel region of its own.
+// threads (run_team, decoder_team_cpu.cpp): one parallel region for every layer, the threads meeting at
+// barriers between the stages, where each stage would otherwise start and join a parallel region of its
+// own. decoder_layer_parts.h holds what the two share.
 #include <ATen/EmptyTensor.h>
 #include <ATen/Parallel.h>
 #include <ATen/record_function.h>
@@ -29,9 +30,6 @@
 #include <algorithm>
 #include <cstring>
 #include <vector>
-#if defined(_OPENMP)
-#include <omp.h>
-#endif
 
 #include "cpu_vec.h"
 #include "fused_rows.h"
@@ -39,22 +37,17 @@
 #include "linear_quant_cpu.h"
 #include "quant_repack.h"
 #include "ops_cpu.h"
-#include "team_barrier.h"
+#include "decoder_layer_parts.h"
 #include "decoder_stack.h"
 
 namespace batchtop_cpu {
 namespace {
 
-using bf16 = c10::BFloat16;
 constexpr int64_t GRAIN = 1 << 14;  // elements per parallel task: a decode step's rows stay on one thread
-constexpr int64_t TEAM_ROWS = 8;     // the most rows a step runs as one team (run_team)
 
-struct Packed {  // a PackedLinear's pack (type -1) or a GGUF block matrix (its ggml type), and its bias
-  const at::Tensor& packed;
-  const c10::optional<at::Tensor>& bias;
-  const char* name;
-  int64_t type;
-};
+}  // namespace
+
+namespace layer {
 
 // gate_up's intermediate size: a bf16 pack by halves has 32 columns of each half per 64-column group
 int64_t gate_up_half(const Packed& w) {
@@ -67,6 +60,54 @@ int64_t gate_up_half(const Packed& w) {
   std::memcpy(&h, w.packed.data_ptr<uint8_t>(), sizeof h);
   return h.n / 2;
 }
+
+const bf16* bias_of(const Packed& w) { return w.bias && w.bias->defined() ? w.bias->data_ptr<bf16>() : nullptr; }
+
+// linear_quant's arguments for a block-matrix linear (from its pack's first group where it is repacked);
+// n: the output features (both halves for kSiluMul), k the input features
+QuantLinearArgs quant_args(const bf16* x, int64_t x_stride, int64_t rows, int64_t k, const Packed& w, int64_t n,
+                           bf16* out, int64_t out_stride, Epilogue epilogue) {
+  const uint8_t* blocks = w.packed.data_ptr<uint8_t>() + (quant_repacked(w.type) ? w.packed.size(1) : 0);
+  return QuantLinearArgs{x, x_stride, rows, blocks, k, n, w.type, bias_of(w), out, out_stride, epilogue};
+}
+
+void norm_rows(bf16* out, const bf16* x, const at::Tensor& weight, int64_t rows, int64_t h, double eps) {
+  const bf16* w = weight.data_ptr<bf16>();
+  at::parallel_for(0, rows, std::max<int64_t>(1, GRAIN / h), [&](int64_t begin, int64_t end) {
+    for (int64_t r = begin; r < end; ++r) rms_norm_row(out + r * h, x + r * h, w, h, static_cast<float>(eps));
+  });
+}
+
+// RoPE on each row's q and k heads in place, then its k and v heads into the pool at its slot: of the
+// row's heads [h_begin, h_end) (q heads, then k, then v; all of them by default). Row r's cos and sin are
+// row table_rows[r] of the tables (row r where table_rows is null).
+void rope_and_store(bf16* qkv, int64_t rows, int64_t width, int64_t heads, int64_t kv_heads, int64_t hd,
+                    const bf16* cos, const bf16* sin, const int64_t* table_rows, bf16* k_cache, bf16* v_cache,
+                    const int64_t* slots, int64_t h_begin, int64_t h_end) {
+  const int64_t kv = kv_heads * hd, all = heads + 2 * kv_heads;
+  h_end = h_end < 0 ? all : std::min(h_end, all);
+  const int64_t k_begin = std::max(h_begin, heads), k_end = std::min(h_end, heads + kv_heads);
+  const int64_t v_begin = std::max(h_begin, heads + kv_heads);
+  at::parallel_for(0, rows, std::max<int64_t>(1, GRAIN / width), [&](int64_t begin, int64_t end) {
+    for (int64_t r = begin; r < end; ++r) {
+      bf16* row = qkv + r * width;
+      const int64_t t = table_rows != nullptr ? table_rows[r] : r;
+      for (int64_t h = h_begin; h < std::min(h_end, heads + kv_heads); ++h)
+        rope_head(row + h * hd, cos + t * hd, sin + t * hd, hd);
+      if (k_begin < k_end)
+        std::memcpy(k_cache + slots[r] * kv + (k_begin - heads) * hd, row + k_begin * hd, (k_end - k_begin) * hd * sizeof(bf16));
+      if (v_begin < h_end)
+        std::memcpy(v_cache + slots[r] * kv + (v_begin - heads - kv_heads) * hd, row + v_begin * hd,
+                    (h_end - v_begin) * hd * sizeof(bf16));
+    }
+  });
+}
+
+}  // namespace layer
+
+namespace {
+
+using namespace layer;
 
 void check_packed(const Packed& w, int64_t k, int64_t n) {
   const at::Tensor& p = w.packed;
@@ -92,16 +133,6 @@ void check_packed(const Packed& w, int64_t k, int64_t n) {
               "decoder_layers_bf16: ", w.name, " bias must be contiguous (", n, ",) bfloat16");
 }
 
-const bf16* bias_of(const Packed& w) { return w.bias && w.bias->defined() ? w.bias->data_ptr<bf16>() : nullptr; }
-
-// linear_quant's arguments for a block-matrix linear (from its pack's first group where it is repacked);
-// n: the output features (both halves for kSiluMul), k the input features
-QuantLinearArgs quant_args(const bf16* x, int64_t x_stride, int64_t rows, int64_t k, const Packed& w, int64_t n,
-                           bf16* out, int64_t out_stride, Epilogue epilogue) {
-  const uint8_t* blocks = w.packed.data_ptr<uint8_t>() + (quant_repacked(w.type) ? w.packed.size(1) : 0);
-  return QuantLinearArgs{x, x_stride, rows, blocks, k, n, w.type, bias_of(w), out, out_stride, epilogue};
-}
-
 void linear(const bf16* x, int64_t x_stride, int64_t rows, int64_t k, const Packed& w, int64_t n, bf16* out,
             int64_t out_stride, Epilogue epilogue) {
   if (w.type >= 0) return linear_quant_run(quant_args(x, x_stride, rows, k, w, n, out, out_stride, epilogue));
@@ -109,45 +140,6 @@ void linear(const bf16* x, int64_t x_stride, int64_t rows, int64_t k, const Pack
   linear_bf16_run(LinearArgs{x, x_stride, rows, w.packed.data_ptr<bf16>(), w.packed.size(0), w.packed.size(1), n, half,
                              bias_of(w), out, out_stride, epilogue});
 }
-
-void norm_rows(bf16* out, const bf16* x, const at::Tensor& weight, int64_t rows, int64_t h, double eps) {
-  const bf16* w = weight.data_ptr<bf16>();
-  at::parallel_for(0, rows, std::max<int64_t>(1, GRAIN / h), [&](int64_t begin, int64_t end) {
-    for (int64_t r = begin; r < end; ++r) rms_norm_row(out + r * h, x + r * h, w, h, static_cast<float>(eps));
-  });
-}
-
-// RoPE on each row's q and k heads in place, then its k and v heads into the pool at its slot: of the
-// row's heads [h_begin, h_end) (q heads, then k, then v; all of them by default). Row r's cos and sin are
-// row table_rows[r] of the tables (row r where table_rows is null).
-void rope_and_store(bf16* qkv, int64_t rows, int64_t width, int64_t heads, int64_t kv_heads, int64_t hd,
-                    const bf16* cos, const bf16* sin, const int64_t* table_rows, bf16* k_cache, bf16* v_cache,
-                    const int64_t* slots, int64_t h_begin = 0, int64_t h_end = -1) {
-  const int64_t kv = kv_heads * hd, all = heads + 2 * kv_heads;
-  h_end = h_end < 0 ? all : std::min(h_end, all);
-  const int64_t k_begin = std::max(h_begin, heads), k_end = std::min(h_end, heads + kv_heads);
-  const int64_t v_begin = std::max(h_begin, heads + kv_heads);
-  at::parallel_for(0, rows, std::max<int64_t>(1, GRAIN / width), [&](int64_t begin, int64_t end) {
-    for (int64_t r = begin; r < end; ++r) {
-      bf16* row = qkv + r * width;
-      const int64_t t = table_rows != nullptr ? table_rows[r] : r;
-      for (int64_t h = h_begin; h < std::min(h_end, heads + kv_heads); ++h)
-        rope_head(row + h * hd, cos + t * hd, sin + t * hd, hd);
-      if (k_begin < k_end)
-        std::memcpy(k_cache + slots[r] * kv + (k_begin - heads) * hd, row + k_begin * hd, (k_end - k_begin) * hd * sizeof(bf16));
-      if (v_begin < h_end)
-        std::memcpy(v_cache + slots[r] * kv + (v_begin - heads - kv_heads) * hd, row + v_begin * hd,
-                    (h_end - v_begin) * hd * sizeof(bf16));
-    }
-  });
-}
-
-// One layer's weights as decoder_layers_bf16 takes them: entries [10 i, 10 i + 10) of its list.
-struct LayerWeights {
-  const at::Tensor& input_norm;
-  const at::Tensor& post_norm;
-  Packed qkv, o, gate_up, down;
-};
 
 constexpr int64_t WEIGHTS_PER_LAYER = 10;  // the two norms, then each linear's pack and bias (or None)
 
@@ -175,22 +167,6 @@ void check_layer(const LayerWeights& w, int64_t hidden, int64_t num_heads, int64
   check_packed(w.gate_up, hidden, 2 * inter);
   check_packed(w.down, inter, hidden);
 }
-
-struct StepRows {  // what every layer of the step shares
-  int64_t rows, hidden, num_heads;
-  const bf16* cos;
-  const bf16* sin;
-  const int64_t* table_rows;  // row r's cos and sin: row table_rows[r] of the tables (null: row r)
-  const int64_t* slots;
-  const at::Tensor& block_tables;
-  const std::optional<at::Tensor>& row_tables;
-  const at::Tensor& context_lens;
-  double eps, scale;
-};
-
-struct Scratch {  // one step's intermediates, reused by every layer
-  at::Tensor h, qkv, attn, act;
-};
 
 void run_layer(bf16* xp, const LayerWeights& w, at::Tensor& k_cache, at::Tensor& v_cache, const StepRows& s,
                Scratch& scratch) {
@@ -235,94 +211,6 @@ void run_layer(bf16* xp, const LayerWeights& w, at::Tensor& k_cache, at::Tensor&
     RECORD_USER_SCOPE("fused.down_proj_residual");
     linear(scratch.act.data_ptr<bf16>(), inter, rows, inter, w.down, hidden, xp, hidden, Epilogue::kAddInto);
   }
-}
-
-// Whether run_team computes this step: a few rows (a decode step of a few sequences), every linear a
-// pack linear_quant computes in shares, heads of whole pack groups (a qkv share is whole heads), and
-// threads to share them. Anything else runs layer by layer.
-bool team_runs(const std::vector<LayerWeights>& stack, int64_t rows, int64_t hidden, int64_t width, int64_t hd) {
-#if defined(_OPENMP)
-  if (rows > TEAM_ROWS || hd % 16 != 0 || at::get_num_threads() < 2 || at::in_parallel_region()) return false;
-  for (const LayerWeights& w : stack)
-    if (!linear_quant_shares(w.qkv.type, width, Epilogue::kStore) ||
-        !linear_quant_shares(w.o.type, hidden, Epilogue::kAddInto) ||
-        !linear_quant_shares(w.gate_up.type, 2 * gate_up_half(w.gate_up), Epilogue::kSiluMul) ||
-        !linear_quant_shares(w.down.type, hidden, Epilogue::kAddInto))
-      return false;
-  return true;
-#else
-  return false;
-#endif
-}
-
-// A thread's share of one of the layer's linears (run_team)
-void linear_share(const bf16* x, int64_t x_stride, int64_t rows, int64_t k, const Packed& w, int64_t n, bf16* out,
-                  int64_t out_stride, Epilogue epilogue, int64_t part, int64_t parts, int64_t unit_cols = 16) {
-  linear_quant_share(quant_args(x, x_stride, rows, k, w, n, out, out_stride, epilogue), part, parts, unit_cols);
-}
-
-// Every layer of a few-row step in one parallel region: the threads meet at a barrier between stages
-// where each GEMM and the attention would otherwise start and join a region of their own (1-2 us each,
-// 5 a layer); the attention splits each row's keys between the threads (paged_attention_team) where
-// run_layer's gives each thread whole (row, KV head) jobs, 2:1 for SmolLM2's 3 KV heads on 2 threads.
-// Each thread norms the rows for itself and quantizes them for its share of each linear. A qkv share is
-// whole heads, which its thread ropes and writes to the pool before the barrier: no stage of its own.
-// The barriers are TeamBarrier's (team_barrier.h), not libgomp's. Every output element is computed by
-// the same operations as in run_layer: the same bits.
-void run_team(bf16* xp, const std::vector<LayerWeights>& stack, at::TensorList k_caches, at::TensorList v_caches,
-              const StepRows& s, Scratch& scratch) {
-#if defined(_OPENMP)
-  const int64_t rows = s.rows, hidden = s.hidden, kv_heads = k_caches[0].size(2), hd = k_caches[0].size(3);
-  const int64_t q_dim = s.num_heads * hd, width = q_dim + 2 * kv_heads * hd, inter = gate_up_half(stack[0].gate_up);
-  bf16* qkv_out = scratch.qkv.data_ptr<bf16>();
-  bf16* attn = scratch.attn.data_ptr<bf16>();
-  bf16* act = scratch.act.data_ptr<bf16>();
-  const at::Tensor q = scratch.qkv.narrow(1, 0, q_dim).view({rows, s.num_heads, hd});
-  const int64_t score_floats = paged_attention_team_scores(q, k_caches[0], s.context_lens);
-  std::vector<float> scores(std::max<int64_t>(score_floats, 0));
-  float* shared_scores = score_floats >= 0 ? scores.data() : nullptr;
-  TeamBarrier barrier;
-#pragma omp parallel num_threads(at::get_num_threads())
-  {
-    const int64_t part = omp_get_thread_num(), parts = omp_get_num_threads();
-    const auto meet = [&] { barrier.wait(static_cast<int>(parts)); };
-    std::vector<bf16> own(rows * hidden);  // this thread's normed rows
-    for (size_t i = 0; i < stack.size(); ++i) {
-      const LayerWeights& w = stack[i];
-      {
-        RECORD_USER_SCOPE("fused.qkv_proj");  // recorded on the thread that holds the profiler: thread 0
-        norm_rows(own.data(), xp, w.input_norm, rows, hidden, s.eps);
-        linear_share(own.data(), hidden, rows, hidden, w.qkv, width, qkv_out, width, Epilogue::kStore, part, parts, hd);
-        const ColumnShare mine = quant_share_columns(width, part, parts, hd);  // whole heads: rope them here
-        rope_and_store(qkv_out, rows, width, s.num_heads, kv_heads, hd, s.cos, s.sin, s.table_rows,
-                       k_caches[i].data_ptr<bf16>(), v_caches[i].data_ptr<bf16>(), s.slots, mine.begin / hd, mine.end / hd);
-        meet();
-      }
-      {
-        RECORD_USER_SCOPE("fused.attention");
-        paged_attention_team(scratch.attn, q, k_caches[i], v_caches[i], s.block_tables, s.row_tables, s.context_lens,
-                             s.scale, part, parts, shared_scores, barrier);
-        meet();
-      }
-      {
-        RECORD_USER_SCOPE("fused.o_proj_residual");
-        linear_share(attn, q_dim, rows, q_dim, w.o, hidden, xp, hidden, Epilogue::kAddInto, part, parts);
-        meet();
-      }
-      {
-        RECORD_USER_SCOPE("fused.gate_up_silu");
-        norm_rows(own.data(), xp, w.post_norm, rows, hidden, s.eps);
-        linear_share(own.data(), hidden, rows, hidden, w.gate_up, 2 * inter, act, inter, Epilogue::kSiluMul, part, parts);
-        meet();
-      }
-      {
-        RECORD_USER_SCOPE("fused.down_proj_residual");
-        linear_share(act, inter, rows, inter, w.down, hidden, xp, hidden, Epilogue::kAddInto, part, parts);
-        meet();
-      }
-    }
-  }
-#endif
 }
 
 }  // namespace
