@@ -260,7 +260,7 @@ class LlamaForCausalLM(nn.Module):
             self.lm_head.weight = self.model.embed_tokens.weight
 
     def _fused_rows(self, x: torch.Tensor, batch: AttentionBatch) -> tuple | None:
-        """What decoder_layers_bf16 attends with: every row in the one kernel call (decode rows, or the varlen
+        """What the fused layers attend with: every row in the one kernel call (decode rows, or the varlen
         rows of decode rows and prompt chunks), or None where the layers run op by op."""
         if not self.fuse_layers or batch.prefills or not self._layers_fuse(x):
             return None

@@ -19,10 +19,11 @@ namespace {
 
 constexpr int64_t TEAM_ROWS = 8;  // the most rows a step runs as one team
 
-// A thread's share of one of the layer's linears (run_team)
-void linear_share(const bf16* x, int64_t x_stride, int64_t rows, int64_t k, const Packed& w, int64_t n, bf16* out,
-                  int64_t out_stride, Epilogue epilogue, int64_t part, int64_t parts, int64_t unit_cols = 16) {
-  linear_quant_share(quant_args(x, x_stride, rows, k, w, n, out, out_stride, epilogue), part, parts, unit_cols);
+// A thread's share of one of the layer's linears (run_team): the columns it computed
+ColumnShare linear_share(const bf16* x, int64_t x_stride, int64_t rows, int64_t k, const Packed& w, int64_t n,
+                         bf16* out, int64_t out_stride, Epilogue epilogue, int64_t part, int64_t parts,
+                         int64_t unit_cols = 16) {
+  return linear_quant_share(quant_args(x, x_stride, rows, k, w, n, out, out_stride, epilogue), part, parts, unit_cols);
 }
 
 }  // namespace
@@ -76,8 +77,8 @@ void run_team(bf16* xp, const std::vector<LayerWeights>& stack, at::TensorList k
       {
         RECORD_USER_SCOPE("fused.qkv_proj");  // recorded on the thread that holds the profiler: thread 0
         norm_rows(own.data(), xp, w.input_norm, rows, hidden, s.eps);
-        linear_share(own.data(), hidden, rows, hidden, w.qkv, width, qkv_out, width, Epilogue::kStore, part, parts, hd);
-        const ColumnShare mine = quant_share_columns(width, part, parts, hd);  // whole heads: rope them here
+        const ColumnShare mine =  // whole heads: roped here
+            linear_share(own.data(), hidden, rows, hidden, w.qkv, width, qkv_out, width, Epilogue::kStore, part, parts, hd);
         rope_and_store(qkv_out, rows, width, s.num_heads, kv_heads, hd, s.cos, s.sin, s.table_rows,
                        k_caches[i].data_ptr<bf16>(), v_caches[i].data_ptr<bf16>(), s.slots, mine.begin / hd, mine.end / hd);
         meet();

@@ -219,23 +219,33 @@ void run_repacked(const QuantLinearArgsOf<T>& a) {
   finish_silu_mul(a, gate_up);
 }
 
-// Share `part` of `parts`: the groups at::parallel_for would give that thread, except that a kSiluMul
-// share holds the same columns of both halves (the gate group and its up group), and finishes them.
+// The columns of share `part` of `parts` of n columns: about equal runs of whole units of unit_cols.
+ColumnShare share_columns(int64_t n, int64_t part, int64_t parts, int64_t unit_cols) {
+  TORCH_CHECK(unit_cols > 0 && unit_cols % GROUP_COLS == 0 && parts > 0 && part >= 0 && part < parts,
+              "linear_quant_share: unit_cols must be a positive multiple of 16, part one of parts");
+  const int64_t units = (n + unit_cols - 1) / unit_cols, chunk = (units + parts - 1) / parts;
+  const int64_t begin = std::min(units, part * chunk), end = std::min(units, begin + chunk);
+  return {std::min(n, begin * unit_cols), std::min(n, end * unit_cols)};
+}
+
+// Share `part` of `parts`: whole units of unit_cols columns, except that a kSiluMul share holds the same
+// columns of both halves (the gate group and its up group), and finishes them. Returns its columns.
 template <int64_t QT, typename T>
-void run_repacked_share(const QuantLinearArgsOf<T>& a, int64_t part, int64_t parts, int64_t unit_cols) {
+ColumnShare run_repacked_share(const QuantLinearArgsOf<T>& a, int64_t part, int64_t parts, int64_t unit_cols) {
   const RepackActs acts = repacked_acts<QT>(a, false);
   T* gate_up = gate_up_rows(a);
   const Sink<T> sink{a, gate_up};
   const bool silu = a.epilogue == Epilogue::kSiluMul;
   const int64_t groups = (a.n + GROUP_COLS - 1) / GROUP_COLS, span = silu ? groups / 2 : groups;
-  const ColumnShare share = quant_share_columns(silu ? a.n / 2 : a.n, part, parts, unit_cols);
+  const ColumnShare share = share_columns(silu ? a.n / 2 : a.n, part, parts, unit_cols);
   const int64_t begin = share.begin / GROUP_COLS, end = std::min(span, (share.end + GROUP_COLS - 1) / GROUP_COLS);
   repacked_groups<QT>(a, acts, sink, begin, end);
-  if (!silu) return;
+  if (!silu) return share;
   repacked_groups<QT>(a, acts, sink, span + begin, span + end);
   const int64_t half = a.n / 2, c0 = begin * GROUP_COLS, cols = (end - begin) * GROUP_COLS;
   for (int64_t r = 0; r < a.rows && cols > 0; ++r)
     silu_mul_row(a.out + r * a.out_stride + c0, gate_up + r * a.n + c0, gate_up + r * a.n + half + c0, cols);
+  return share;
 }
 #endif
 
@@ -299,25 +309,17 @@ bool linear_quant_shares(int64_t qtype, int64_t n, Epilogue epilogue) {
 #endif
 }
 
-ColumnShare quant_share_columns(int64_t n, int64_t part, int64_t parts, int64_t unit_cols) {
-  TORCH_CHECK(unit_cols > 0 && unit_cols % 16 == 0 && parts > 0 && part >= 0 && part < parts,
-              "quant_share_columns: unit_cols must be a positive multiple of 16, part one of parts");
-  const int64_t units = (n + unit_cols - 1) / unit_cols, chunk = (units + parts - 1) / parts;
-  const int64_t begin = std::min(units, part * chunk), end = std::min(units, begin + chunk);
-  return {std::min(n, begin * unit_cols), std::min(n, end * unit_cols)};
-}
-
-void linear_quant_share(const QuantLinearArgs& a, int64_t part, int64_t parts, int64_t unit_cols) {
+ColumnShare linear_quant_share(const QuantLinearArgs& a, int64_t part, int64_t parts, int64_t unit_cols) {
   TORCH_CHECK(linear_quant_shares(a.qtype, a.n, a.epilogue), "linear_quant_share: ggml type ", a.qtype,
               " is not computed from a pack in shares here");
 #if defined(BATCHTOP_QUANT_VNNI)
-  if (a.rows == 0 || a.n == 0) return;
   switch (a.qtype) {
     case Q4_0::ID: return run_repacked_share<Q4_0::ID>(a, part, parts, unit_cols);
     case Q4_1::ID: return run_repacked_share<Q4_1::ID>(a, part, parts, unit_cols);
     case Q8_0::ID: return run_repacked_share<Q8_0::ID>(a, part, parts, unit_cols);
   }
 #endif
+  return {0, 0};
 }
 
 // out (rows, N) = x (rows, K) W^T + bias, W the (N, row_bytes) uint8 block matrix of ggml type qtype, or its

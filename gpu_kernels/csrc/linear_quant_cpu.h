@@ -40,16 +40,15 @@ void linear_quant_run(const QuantLinearArgsOf<float>& args);
 
 // Whether linear_quant_share computes this type, width and epilogue (the types read from a 16-column pack).
 bool linear_quant_shares(int64_t qtype, int64_t n, Epilogue epilogue);
-// The output columns [begin, end) of share `part` of `parts` of an n-column call (of each half for
-// kSiluMul): about equal runs of whole units of unit_cols columns, a multiple of 16 (a pack's group).
+// Output columns [begin, end) (of each half for kSiluMul).
 struct ColumnShare {
   int64_t begin, end;
 };
-ColumnShare quant_share_columns(int64_t n, int64_t part, int64_t parts, int64_t unit_cols = 16);
-// Share `part` of `parts` of linear_quant_run(args) (its columns quant_share_columns(..., unit_cols)), by
-// the calling thread alone, for a team of threads the caller runs (decoder_layer_cpu.cpp): every thread
-// quantizes the activations for itself, and the shares together compute every output once, each element
-// bitwise as linear_quant_run does.
-void linear_quant_share(const QuantLinearArgs& args, int64_t part, int64_t parts, int64_t unit_cols = 16);
+// Share `part` of `parts` of linear_quant_run(args), by the calling thread alone, for a team of threads
+// the caller runs (decoder_team_cpu.cpp): every thread quantizes the activations for itself, and the
+// shares together compute every output once, each element bitwise as linear_quant_run does. A share is
+// about equal runs of whole units of unit_cols columns (a multiple of 16, a pack's group); returns the
+// columns this one computed.
+ColumnShare linear_quant_share(const QuantLinearArgs& args, int64_t part, int64_t parts, int64_t unit_cols = 16);
 
 }  // namespace batchtop_cpu
