@@ -9,6 +9,7 @@ to check a fit against steps measured in the same seconds.
 from __future__ import annotations
 
 import statistics
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 from batchtop.core_engine.engine.engine import Engine
@@ -46,16 +47,23 @@ def sweep_prompt(engine: Engine, context: int, row: int = 0) -> tuple[int, ...]:
 def decode_steps(engine: Engine, batch: int, context: int, steps: int) -> list[StepSnapshot]:
     """Snapshots of `steps` pure-decode steps at exactly `batch` rows, after one warm-up step
     (its allocator and cache misses would overstate the cost)."""
+    return list(decode_step_stream(engine, batch, context, steps))
+
+
+def decode_step_stream(engine: Engine, batch: int, context: int, steps: int) -> Iterator[StepSnapshot]:
+    """decode_steps' snapshots one at a time, each as soon as its step ran: a bench can measure the
+    device between them."""
     engine.load_workload([Request(f"b{batch}-{i}", sweep_prompt(engine, context, i), steps + 4) for i in range(batch)])
-    snaps = []
+    seen = 0
     while not engine.is_done():
         snap = engine.step()
         if snap.is_step and snap.num_prefill_tokens == 0 and snap.num_seqs == batch:
-            snaps.append(snap)
-    if len(snaps) <= steps:
-        raise RuntimeError(f"{batch} sequences of {context} tokens decoded {len(snaps)} steps together, "
+            seen += 1
+            if 1 < seen <= steps + 1:
+                yield snap
+    if seen <= steps:
+        raise RuntimeError(f"{batch} sequences of {context} tokens decoded {seen} steps together, "
                            f"not {steps + 1}: refused, or their pool is too small")
-    return snaps[1:steps + 1]
 
 
 def decode_sweep(engine: Engine, batches: list[int], contexts: list[int], steps: int,

@@ -31,6 +31,17 @@ def test_a_context_longer_than_the_vocabulary_is_measured_and_a_short_sweep_is_a
         sweep.decode_steps(Engine(config.with_(num_kv_blocks=40)), 2, 600, 3)  # the pool holds one
 
 
+def test_decode_steps_come_one_at_a_time_so_a_bench_can_measure_between_them():
+    engine = Engine(tiny_config(max_num_seqs=2))
+    stream = sweep.decode_step_stream(engine, 2, 12, 3)
+    first = next(stream)
+    assert engine.counters.steps == first.step  # no step ran past the one just handed over
+    rest = list(stream)
+    assert [s.step for s in rest] == [first.step + 1, first.step + 2]
+    assert [s.step for s in sweep.decode_steps(Engine(tiny_config(max_num_seqs=2)), 2, 12, 3)] == \
+        [first.step, *(s.step for s in rest)]
+
+
 def test_probes_interleaved_with_a_run_measure_their_points_in_turn_and_leave_its_tokens_alone():
     config = tiny_config(max_num_seqs=8)
     alone, _, _ = run_all(Engine(config), REQS)
