@@ -142,13 +142,14 @@ def main() -> None:
         for batch in batches:
             rates = group_rates(engine, batch, args.context, args.steps, args.groups, memory_probe)
             groups[batch] += rates
-            fractions[batch] += [r.fraction(peaks) for r in rates]
+            round_fractions = [r.fraction(peaks) for r in rates]
+            fractions[batch] += round_fractions
             bound = "memory" if rates[0].intensity < peaks.ridge_flop_per_byte else "compute"
             probes = [rates[0].roof_before] + [r.roof_after for r in rates]
             print(f"  batch {batch:>3}: intensity {rates[0].intensity:6.2f} FLOP/B ({bound}-bound), "
                   f"{statistics.median(r.flops for r in rates) / 1e9:6.1f} GFLOP/s, "
                   f"{statistics.median(r.bytes_per_s for r in rates) / 1e9:5.1f} GB/s: "
-                  f"{' '.join(f'{r.fraction(peaks):.2f}' for r in rates)} of the roofs around its groups "
+                  f"{' '.join(f'{f:.2f}' for f in round_fractions)} of the roofs around its groups "
                   f"(memory probed at {' '.join(f'{p / 1e9:.0f}' for p in probes)} GB/s)", flush=True)
     for batch in batches:
         print(f"  batch {batch:>3}: median {statistics.median(fractions[batch]):.2f} of the roofs around its steps "

@@ -1,4 +1,4 @@
-// The barrier a team of threads meets at between the stages of a step (run_team: seven times a layer).
+// The barrier a team of threads meets at between the stages of a step (run_team: six times a layer).
 // libgomp's `omp barrier` ends every meeting with a futex_wake system call by the last thread to arrive,
 // whether or not anyone sleeps: ~0.8 us a meeting on a 2-core VM, 5 us of a SmolLM2 layer. Here the last
 // thread only bumps a generation counter the others spin on. A thread that waits long (a core taken by
