@@ -8,6 +8,7 @@ from batchtop.core_engine.attach.scrape.histogram import Histogram
 from batchtop.core_engine.perf.roofline_point import RooflinePoint
 from batchtop.core_engine.attach.stats import ReplicaStats
 from batchtop.core_engine.attach.scrape.delta import Delta
+from batchtop.core_engine.attach.streams.step_log import StepSpan
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,13 +31,14 @@ class HistoryPoint:
     totals: dict[str, float] = field(default_factory=dict)  # counter growth over the interval
     finished: float | None = None  # requests finished in the interval (None: not exposed)
     steps: Histogram | None = None  # tokens per step over the interval
+    logged: StepSpan | None = None  # the steps the server logged in the interval (--vllm-log)
 
 
-def history_point(t: float, m: ReplicaStats, d: Delta | None) -> HistoryPoint:
+def history_point(t: float, m: ReplicaStats, d: Delta | None, logged: StepSpan | None = None) -> HistoryPoint:
     """The point of a tick; its ceiling source names the server's metric when the server says it."""
     finished = sum(d.success.values()) if d is not None and d.success else None
     source = m.ceiling_from or m.max_num_seqs_source if m.max_num_seqs_source == "server" else m.max_num_seqs_source
     return HistoryPoint(t, m.running, m.waiting, m.rates.get("generation_tokens"), m.point, m.flavour,
                         dict(m.waiting_by_reason), m.kv_usage, m.max_num_seqs, source,
                         m.token_budget, d.dt if d is not None else None, dict(d.totals) if d is not None else {},
-                        finished, d.histograms.get("iteration_tokens") if d is not None else None)
+                        finished, d.histograms.get("iteration_tokens") if d is not None else None, logged)

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import statistics
+
 from batchtop.core_engine.attach.monitor import AttachFrame, Monitor
 from batchtop.core_engine.attach.servers import MIXED
 from batchtop.core_engine.attach.stats import ReplicaStats
+from batchtop.core_engine.attach.streams.step_log import StepLogView
+from batchtop.core_engine.attach.streams.stream_state import StreamViews
 from batchtop.core_engine.perf.device_peaks import DevicePeaks
 
 SCHEMA = "batchtop.attach/1"
@@ -50,6 +54,40 @@ def attach_report(monitor: Monitor, frame: AttachFrame, *, interval_s: float, pe
         "verdict": frame.verdict.as_dict() if frame.verdict is not None else None,
         "verdict_history": [stretch.as_dict() for stretch in monitor.tracker.stretches],
     }
+    if frame.streams is not None:
+        doc["streams"] = streams_doc(frame.streams, peaks)
     if replayed_from is not None:
         doc["replayed_from"] = replayed_from
+    return doc
+
+
+def step_roofline(v: StepLogView, peaks: DevicePeaks | None) -> dict | None:
+    """The logged steps the frame holds on the roofline: their medians, and how many beat the roofs."""
+    points = [s.point for s in v.steps if s.point is not None]
+    if not points:
+        return None
+    doc = {"priced_steps": len(points), "median_intensity_flop_per_byte": statistics.median(p.intensity for p in points),
+           "median_flops_per_s": statistics.median(p.flops_per_s for p in points), "newest": points[-1].as_dict(peaks)}
+    if peaks is not None:
+        doc["above_roof"] = sum(p.fraction_of_roof(peaks) > 1.0 for p in points)
+    return doc
+
+
+def streams_doc(v: StreamViews, peaks: DevicePeaks | None) -> dict:
+    """The side streams at the end of the watch: the logged steps and the prefix cache from KV events."""
+    doc: dict = {}
+    if v.steps is not None:
+        doc["step_log"] = v.steps.as_dict() | {"roofline": step_roofline(v.steps, peaks)}
+    if v.prefix is not None:
+        p = v.prefix
+        doc["prefix_cache"] = {
+            "cached_blocks": p.cached_blocks, "block_size": p.block_size, "stored_blocks": p.stored_total,
+            "removed_blocks": p.removed_total, "stored_per_s": p.stored_per_s, "removed_per_s": p.removed_per_s,
+            "malformed_messages": p.malformed, "unknown_events": p.unknown_events, "left_out_events": p.left_out,
+            "restarts": p.restarts, "partial": p.partial, "shared": p.shared,
+            "top_prefixes": [{"tokens": x.tokens, "blocks": x.blocks, "continuations": x.continuations,
+                              "text": x.text, "token_ids": list(x.token_ids), "starts_mid_prefix": x.starts_mid_prefix}
+                             for x in p.top]}
+    if v.kv_link is not None:
+        doc["kv_link"] = v.kv_link
     return doc

@@ -1,6 +1,6 @@
 """The one attach watch loop, which `batchtop attach --headless` and the dashboard's source both drive:
-every --interval, poll every replica -> the monitor takes the results in -> the recording gets them ->
-the caller's callback gets the frame; until --duration is reached (headless), the caller cancels it
+every --interval, poll every replica, drain the side streams (--vllm-log, --kv-events) -> the monitor
+takes them in -> the recording gets them -> the caller's callback gets the frame; until --duration is reached (headless), the caller cancels it
 (the dashboard), or an exception ends it. The poller is closed and the recording ends saying how
 ("finished", "interrupted" by Ctrl-C or SIGTERM, or "error") whatever ends it."""
 
@@ -13,6 +13,8 @@ from collections.abc import Callable
 from batchtop.core_engine.attach.monitor import AttachFrame, Monitor
 from batchtop.core_engine.attach.scrape.poller import LivePoller
 from batchtop.core_engine.attach.setup import AttachSetup
+from batchtop.core_engine.attach.streams.stream_tick import NOTHING
+from batchtop.core_engine.attach.streams.taps import StreamTaps
 
 WAKE_S = 0.05  # a wait looks at `cancelled` at least this often
 
@@ -41,13 +43,16 @@ class AttachWatch:
         wake = wake if wake is not None else threading.Event()
         poller = LivePoller(self.setup.urls, opts.interval, opts.timeout_s)
         recorder = self.setup.recorder()
+        taps: StreamTaps | None = None
         ended = "error"
         try:
+            taps = StreamTaps(opts.streams, poller.t0) if opts.streams else None
             while not cancelled():
                 results, t = poller.poll()
-                self.frame = self.monitor.feed(results, t)
+                streams = taps.drain() if taps is not None else NOTHING
+                self.frame = self.monitor.feed(results, t, streams, taps.status() if taps is not None else None)
                 if recorder is not None:
-                    recorder.tick(self.frame.tick, t, results)
+                    recorder.tick(self.frame.tick, t, results, streams)
                 on_frame(self.frame)
                 if opts.duration is not None and t >= opts.duration:
                     self.complete = True
@@ -62,6 +67,8 @@ class AttachWatch:
             raise
         finally:
             poller.close()
+            if taps is not None:
+                taps.close()
             if recorder is not None:
                 self._close(recorder, ended)
 

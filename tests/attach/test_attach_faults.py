@@ -145,7 +145,7 @@ async def test_a_crash_in_the_dashboards_feed_is_shown_not_frozen(monkeypatch):
     from batchtop.tui.cli.attach import AttachOptions, prepare
     from tests.tui.test_attach_app import wait_for
 
-    def broken(self, results, t):
+    def broken(self, results, t, *streams):
         raise RuntimeError("a bug in the monitor")
 
     monkeypatch.setattr(LiveMonitor, "feed", broken)

@@ -4,6 +4,7 @@ dashboard starts."""
 
 from __future__ import annotations
 
+import dataclasses
 import signal
 import sys
 import traceback
@@ -19,6 +20,7 @@ from batchtop.core_engine.attach.watch import AttachWatch
 from batchtop.core_engine.errors import ConfigError
 from batchtop.core_engine.run.stop import Terminated, exit_status
 from batchtop.tui.cli.attach_export import export_workload
+from batchtop.tui.cli.attach_streams import check_streams, terminal_for_keys
 from batchtop.tui.cli.headless import note
 from batchtop.tui.cli.options import bad_input_exits
 from batchtop.core_engine.output_files import check_outputs, deliver_json
@@ -38,6 +40,7 @@ def prepare(urls: tuple[str, ...], opts: AttachOptions) -> AttachSetup:
     if not opts.headless and (opts.output is not None or opts.duration is not None):
         raise ConfigError("--output" if opts.output is not None else "--duration", "only with --headless")
     check_outputs({"--output": opts.output, "--record": opts.record, "--export-workload": opts.export_workload})
+    opts = check_streams(opts)
     estimate = None
     if opts.model is not None:
         from batchtop.core_engine.run.resolve import resolve_model
@@ -124,6 +127,8 @@ def run_attach(urls: tuple[str, ...], opts: AttachOptions) -> None:
     from batchtop.tui.app import BatchtopApp  # Textual loads only here
     from batchtop.tui.sources.attach import AttachSource
 
+    with bad_input_exits():
+        setup = dataclasses.replace(setup, opts=terminal_for_keys(setup.opts))
     source = AttachSource(setup)
     code = BatchtopApp(source, theme=opts.theme).run() or 0
     if opts.export_workload is not None:

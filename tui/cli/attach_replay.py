@@ -6,7 +6,7 @@ from __future__ import annotations
 import sys
 
 from batchtop.core_engine.attach.monitor import AttachFrame, Monitor
-from batchtop.core_engine.attach.record.record import monitor_for, recorded_ticks
+from batchtop.core_engine.attach.record.record import monitor_for, recorded_stream_ticks
 from batchtop.core_engine.attach.report import attach_report
 from batchtop.core_engine.perf.device_peaks import peaks_from_dict
 from batchtop.core_engine.trace.trace import Trace
@@ -17,11 +17,11 @@ from batchtop.core_engine.output_files import deliver_json
 
 
 def replayed(trace: Trace) -> tuple[Monitor, AttachFrame]:
-    """Every recorded scrape fed to a fresh Monitor, as the live session fed its own."""
+    """Every recorded scrape and side-stream tick fed to a fresh Monitor, as the live session fed its own."""
     monitor = monitor_for(trace)
     frame = monitor.frame()
-    for t, results in recorded_ticks(trace):
-        frame = monitor.feed(results, t)
+    for t, results, streams in recorded_stream_ticks(trace):
+        frame = monitor.feed(results, t, streams)
     return monitor, frame
 
 

@@ -241,6 +241,18 @@ def export_checkpoint(out_dir: str, model: str, seed: int, dtype: str) -> None:
 @click.option("--export-workload", type=str, default=None, metavar="FILE.jsonl",
               help="At the end of the watch, write the traffic the servers saw as a workload for "
                    "`batchtop compare --simulate DEVICE --workload FILE.jsonl`.")
+@click.option("--vllm-log", type=str, default=None, metavar="FILE|-",
+              help="The server's log, for each engine step: a file to follow, or - for a pipe "
+                   "(`vllm serve ... --enable-logging-iteration-details 2>&1 | batchtop attach URL --vllm-log -`). "
+                   "SGLang's batch lines are read too.")
+@click.option("--kv-events", type=str, default=None, metavar="tcp://HOST:PORT",
+              help="Subscribe to the server's KV events (vLLM's and SGLang's --kv-events-config ZMQ publisher): "
+                   "the KV panel draws its prefix cache.")
+@click.option("--kv-replay", type=str, default=None, metavar="tcp://HOST:PORT",
+              help="The publisher's replay endpoint, to fill a gap in the events. [default: --kv-events' port + 1]")
+@click.option("--model-params", type=Finite(1.0, 1e15), default=None, metavar="N",
+              help="The served model's parameter count, to place logged steps on the roofline when batchtop "
+                   "cannot read its dims (--model, or the server's model directory).")
 @theme_option
 def attach(urls: tuple[str, ...], theme: str, **opts) -> None:
     """Watch live vLLM, SGLang, TGI, llama.cpp, LMDeploy, NIM, TensorRT-LLM or batchtop servers.

@@ -10,7 +10,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable
 
 from batchtop.core_engine.attach.monitor import AttachFrame, Monitor
-from batchtop.core_engine.attach.record.record import monitor_for, recorded_ticks
+from batchtop.core_engine.attach.record.record import monitor_for, recorded_stream_ticks
 from batchtop.core_engine.attach.setup import AttachSetup
 from batchtop.core_engine.attach.watch import AttachWatch, sleep_until
 from batchtop.core_engine.perf.device_peaks import DevicePeaks, peaks_from_dict
@@ -80,7 +80,7 @@ class AttachReplaySource(_AttachSource):
         super().__init__(monitor_for(trace), peaks_from_dict(trace.header.get("peaks")),
                          f"{trace.header.get('peaks_note', 'recorded')} (recorded)")
         self.trace = trace
-        self.ticks = list(recorded_ticks(trace))
+        self.ticks = list(recorded_stream_ticks(trace))
         self.speed = speed
         self.paused = False
         self.position = 0
@@ -94,7 +94,7 @@ class AttachReplaySource(_AttachSource):
                 self._wake.clear()
                 last_wall = time.monotonic()
                 continue
-            t, results = self.ticks[self.position]
+            t, results, streams = self.ticks[self.position]
             if last_t is not None and not self._step:
                 sleep_until(last_wall + (t - last_t) / self.speed, cancelled, self._wake)
                 if self.paused and not self._step:
@@ -102,7 +102,7 @@ class AttachReplaySource(_AttachSource):
             self._step = False
             self.position += 1
             last_t, last_wall = t, time.monotonic()
-            self.frame = self.monitor.feed(results, t)
+            self.frame = self.monitor.feed(results, t, streams)
 
     def status(self, frame: AttachFrame | None) -> str:
         state = "‖ paused" if self.paused else ("■ end of recording" if self.position >= len(self.ticks) else "▶ replay")

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 
+from batchtop.core_engine.attach.record.stream_events import stream_problem
 from batchtop.core_engine.attach.scrape.scrape import BAD, DOWN, LIVE, STALE
 from batchtop.core_engine.attach.servers import flavour_names
 from batchtop.core_engine.config import ModelConfig
@@ -178,10 +179,15 @@ def _urls(v: object) -> str | None:
     return list_of(text)(v) or (None if v else "must list at least one URL, got []")
 
 
+def _streams(v: object) -> str | None:
+    return _fields(v, {"log": optional(text), "kv_events": optional(text), "model_params": optional(positive),
+                       "tokenizer": optional(text)})
+
+
 HEADER_FIELDS: dict[str, Check] = {
     "urls": _urls, "interval_s": optional(positive), "window_s": optional(positive),
     "max_num_seqs": optional(size), "estimate": optional(_estimate), "peaks": optional(_peaks),
-    "peaks_note": optional(text),
+    "peaks_note": optional(text), "streams": optional(_streams),
 }
 
 
@@ -199,10 +205,21 @@ def check_attach_header(trace: Trace) -> None:
         raise TraceError(f"{trace.path}:1: {problem}")
 
 
+def _where(trace: Trace, index: int) -> str:
+    event = trace.events[index]
+    return f"{trace.path}:{trace.lines[index]}" if index < len(trace.lines) else f"{trace.path}: seq {event.get('seq')}"
+
+
 def check_scrape(trace: Trace, index: int, num_replicas: int) -> None:
     """TraceError naming the line and field when trace.events[index] cannot be replayed."""
-    event = trace.events[index]
-    problem = scrape_problem(event, num_replicas)
+    problem = scrape_problem(trace.events[index], num_replicas)
     if problem is not None:
-        where = f"{trace.path}:{trace.lines[index]}" if index < len(trace.lines) else f"{trace.path}: seq {event.get('seq')}"
-        raise TraceError(f"{where}: scrape event: {problem}")
+        raise TraceError(f"{_where(trace, index)}: scrape event: {problem}")
+
+
+def check_stream_event(trace: Trace, index: int) -> None:
+    """The same for a side stream's event (a logged step line, a KV-event message)."""
+    event = trace.events[index]
+    problem = stream_problem(event)
+    if problem is not None:
+        raise TraceError(f"{_where(trace, index)}: {event['type']} event: {problem}")

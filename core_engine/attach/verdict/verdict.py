@@ -53,8 +53,30 @@ class Verdict:
                 "since_s": self.since_s, "candidate": self.candidate}
 
 
+def _full_share(s: Span) -> tuple[float | None, str]:
+    """How often the batch sat at the ceiling, and what that counts: every logged step where the server's
+    log says (--vllm-log), else the scrapes."""
+    if s.logged is not None and s.logged.idle_slot_share is not None:
+        return 1.0 - s.logged.idle_slot_share, f"{s.logged.steps} logged steps"
+    return s.at_ceiling_share, f"{s.scrapes} scrapes"
+
+
 def _at_ceiling(s: Span) -> bool:
-    return s.at_ceiling_share is not None and s.at_ceiling_share >= AT_CEILING
+    share, _ = _full_share(s)
+    return share is not None and share >= AT_CEILING
+
+
+def _logged_budget(s: Span) -> tuple[float, float, float] | None:
+    """The budget from the logged steps: the share that reach it, or, with no budget said, the share that
+    hold exactly the span's largest step (a budget shows as a plateau no decode step reaches)."""
+    steps = s.logged
+    if s.budget and steps.at_budget_share is not None:
+        share = steps.at_budget_share
+        return (float(s.budget), float(s.budget), share) if share >= TOP_BUCKET else None
+    top = steps.max_tokens
+    if steps.at_max_share >= TOP_BUCKET and top >= max(8.0, 2 * steps.mean_rows):
+        return float(top), float(top), steps.at_max_share
+    return None
 
 
 def _idle(s: Span) -> bool:
@@ -68,9 +90,11 @@ def _preempting(s: Span) -> bool:
 
 def _budget_bound(s: Span) -> tuple[float, float, float] | None:
     """(lower, upper, share) of the bucket the steps pile in, when they pile at a budget."""
-    if s.steps is None or s.steps.count < MIN_STEPS or (s.kv_mean or 0.0) >= KV_FULL:
+    if (s.kv_mean or 0.0) >= KV_FULL or (s.ceiling and s.running_mean >= s.ceiling):
         return None
-    if s.ceiling and s.running_mean >= s.ceiling:
+    if s.logged is not None and s.logged.steps >= MIN_STEPS:
+        return _logged_budget(s)
+    if s.steps is None or s.steps.count < MIN_STEPS:
         return None
     if s.budget:
         share = share_at_budget(s.steps, s.budget)
@@ -125,7 +149,8 @@ def _evidence(s: Span) -> dict[str, object]:
             "ceiling": s.ceiling, "ceiling_source": s.ceiling_source, "at_ceiling_share": s.at_ceiling_share,
             "token_budget": s.budget, "preemptions_per_s": s.rate("preemptions"),
             "finished_per_s": s.finished / s.seconds if s.finished is not None and s.seconds > 0 else None,
-            "steps": s.steps.count if s.steps is not None else None}
+            "steps": s.steps.count if s.steps is not None else None,
+            "step_log": s.logged.as_dict() if s.logged is not None else None}
 
 
 def _recompute(s: Span) -> tuple[float | None, str]:
@@ -151,8 +176,9 @@ def explain(kind: str, s: Span | None, p: Pattern | None = None) -> Verdict:
     wait = f"{s.waiting_mean:.0f} waiting" + (f" ({', '.join(f'{r} {v:.0f}' for r, v in sorted(s.reasons.items()) if v)})"
                                                if any(s.reasons.values()) else "")
     if kind == "slots":
-        line = (f"slots: running at the ceiling of {_ceiling_words(s)} in {100 * (s.at_ceiling_share or 0):.0f}% "
-                f"of {s.scrapes} scrapes (mean {s.running_mean:.1f}), {wait}, KV {kv}")
+        share, counted = _full_share(s)
+        line = (f"slots: running at the ceiling of {_ceiling_words(s)} in {100 * (share or 0):.0f}% "
+                f"of {counted} (mean {s.running_mean:.1f}), {wait}, KV {kv}")
         room = f": KV has room ({kv})" if s.kv_mean is not None else " (watch KV as you do: it is not exposed)"
         above = f" above {s.ceiling}" if s.ceiling else ""
         return Verdict(kind, line, f"try: raise {k.slots}{above}{room}, or add replicas", ev)
@@ -169,12 +195,15 @@ def explain(kind: str, s: Span | None, p: Pattern | None = None) -> Verdict:
                        "preempted and recomputed", ev)
     if kind == "budget":
         lower, upper, share = _budget_bound(s) or (0.0, 0.0, 0.0)
-        budget = f"the budget of {s.budget}" if s.budget else "the top bucket: the budget, inferred"
+        logged = s.logged is not None and s.logged.steps >= MIN_STEPS
+        budget = f"the budget of {s.budget}" if s.budget else \
+            f"the {'largest step' if logged else 'top bucket'}: the budget, inferred"
         ceiling = f" of {s.ceiling}" if s.ceiling else ""
         ev.update(step_bucket=[lower, upper], step_bucket_share=share)
-        return Verdict(kind, f"token budget: {100 * share:.0f}% of {s.steps.count:.0f} steps hold {lower:.0f}-"
-                             f"{upper:.0f} tokens ({budget}) while {wait}; {s.running_mean:.0f} running{ceiling}, "
-                             f"KV {kv}",
+        counted = f"{s.logged.steps} logged steps" if logged else f"{s.steps.count:.0f} steps"
+        held = f"{lower:.0f}" if lower == upper else f"{lower:.0f}-{upper:.0f}"
+        return Verdict(kind, f"token budget: {100 * share:.0f}% of {counted} hold {held} tokens ({budget}) while "
+                             f"{wait}; {s.running_mean:.0f} running{ceiling}, KV {kv}",
                        f"try: raise {k.budget}{f' above {s.budget}' if s.budget else ''}: each step admits "
                        "only that many prompt tokens", ev)
     if kind == "client":

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from batchtop.core_engine.attach.verdict.bursts import BarrierReading
 from batchtop.core_engine.attach.scrape.histogram import Histogram, merge_all
 from batchtop.core_engine.attach.history import HistoryPoint
+from batchtop.core_engine.attach.streams.step_log import StepSpan, merge_spans
 
 SPAN_S = 5.0  # what the verdict reads: the last 5 s of scrapes ...
 SPAN_POINTS = 5  # ... and never fewer than 5 of them, whatever the interval
@@ -65,6 +66,7 @@ class Span:
     preemptions: float | None  # over the span; None: not exposed
     totals: dict[str, float] = field(default_factory=dict)  # counter growth over the span
     finished: float | None = None  # requests finished over the span; None: not exposed
+    logged: StepSpan | None = None  # every step the server logged in the span (--vllm-log)
 
     def rate(self, key: str) -> float | None:
         return self.totals[key] / self.seconds if key in self.totals and self.seconds > 0 else None
@@ -109,7 +111,7 @@ def summarize(points: list[HistoryPoint], plateau: int | None = None) -> Span | 
         sum(r >= ceiling for r in running) / len(running) if ceiling else None, points[-1].budget,
         merge_all(steps) if len(steps) == len(points) else None,
         totals.get("preemptions") if any("preemptions" in p.totals for p in points) else None,
-        totals, sum(finished) if finished else None)
+        totals, sum(finished) if finished else None, merge_spans([p.logged for p in points]))
 
 
 def step_buckets(h: Histogram) -> list[tuple[float, float, float]]:

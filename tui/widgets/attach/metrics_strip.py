@@ -9,18 +9,23 @@ from textual.widgets import Static
 
 from batchtop.core_engine.attach.monitor import AttachFrame
 from batchtop.core_engine.attach.stats import ReplicaStats
+from batchtop.core_engine.attach.streams.step_log import StepLogView
 from batchtop.tui.widgets.attach.format import MEASURED_NOTE, latency, num, secs
 
 GAPS_SHOWN = ("tokens", "ttft", "steps", "finished")  # the strip's; the panels say the rest
 LATENCY_LABELS = (("ttft", "TTFT"), ("itl", "ITL"), ("e2e", "e2e"), ("queue_time", "queue"))
 
 
-def metrics_text(s: ReplicaStats) -> Text:
+def metrics_text(s: ReplicaStats, steps: StepLogView | None = None) -> Text:
     text = Text(no_wrap=True, overflow="ellipsis")
     r = s.rates
     text.append(f" prompt {num(r.get('prompt_tokens'))} tok/s", "bold")
     text.append(f" · gen {num(r.get('generation_tokens'))} tok/s", "bold")
-    text.append(f" · {num(s.tokens_per_step, '{:.1f}')} tok/step · {num(r.get('steps'), '{:.1f}')} steps/s")
+    if steps is not None:  # every step the server logged, not the scrapes' histogram
+        busy = f", busy {100 * steps.busy_share:.0f}%" if steps.busy_share is not None else ""
+        text.append(f" · {num(steps.steps_per_s, '{:.1f}')} steps/s (logged{busy})", "bold")
+    else:
+        text.append(f" · {num(s.tokens_per_step, '{:.1f}')} tok/step · {num(r.get('steps'), '{:.1f}')} steps/s")
     done = sum(s.finished.values())
     reasons = ", ".join(f"{k} {v:.0f}" for k, v in sorted(s.finished.items()) if v > 0)
     rate = "–" if s.success_rate is None else f"{100 * s.success_rate:.0f}%"
@@ -39,4 +44,4 @@ def metrics_text(s: ReplicaStats) -> Text:
 
 class AttachMetricsStrip(Static):
     def show(self, frame: AttachFrame) -> None:
-        self.update(metrics_text(frame.main))
+        self.update(metrics_text(frame.main, frame.streams.steps if frame.streams is not None else None))

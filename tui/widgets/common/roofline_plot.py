@@ -52,17 +52,19 @@ class Plot:
         return " ".join(parts)
 
 
-def roofline_plot(peaks: DevicePeaks | None, points: list[PlotPoint], width: int, height: int) -> Plot:
-    """`height` rows of `width` cells: the plot, then the x axis's decades. Without roofs, the axes
-    fit the points alone (and no point can be off them). The roofs' label tops the plot where it fits
-    whole; the Device panel gives them in full."""
+def roofline_plot(peaks: DevicePeaks | None, points: list[PlotPoint], width: int, height: int, *,
+                  depth: float = 1.5) -> Plot:
+    """`height` rows of `width` cells: the plot, then the x axis's decades; the y axis reaches `depth`
+    times under the memory roof at the left edge (an engine's steps sit near their roofs; a watched
+    server's may sit a decade under them). Without roofs, the axes fit the points alone (and no point can
+    be off them). The roofs' label tops the plot where it fits whole; the Device panel gives them in full."""
     plot_h = height - 1
     xs = [p.intensity for p in points if p.intensity > 0]
     ys = [p.flops_per_s for p in points if p.flops_per_s > 0]
     ridge = peaks.ridge_flop_per_byte if peaks is not None else (xs[0] if xs else 1.0)
     x_lo, x_hi = _decades(xs, ridge)
     if peaks is not None:
-        y_hi, y_lo = peaks.peak_flops * 1.5, peaks.peak_bytes_per_s * x_lo / 1.5
+        y_hi, y_lo = peaks.peak_flops * 1.5, peaks.peak_bytes_per_s * x_lo / depth
     else:
         y_hi = max([*(y * 10 for y in ys), 1.0])
         y_lo = min([*(y / 10 for y in ys), y_hi / 10])

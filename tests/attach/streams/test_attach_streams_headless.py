@@ -1,0 +1,59 @@
+"""`batchtop attach --headless --vllm-log FILE --kv-events tcp://...` end to end over local stand-ins
+made of the real vLLM capture: every line appended to the log while the watch ran is a step in the JSON,
+and the prefix cache counts exactly the blocks the published messages stored and did not remove; bad
+stream options exit 2 naming the option."""
+
+from __future__ import annotations
+
+import json
+
+import msgpack
+import pytest
+
+from click.testing import CliRunner
+
+from batchtop.tui.cli.attach import AttachOptions, prepare, run_headless
+from batchtop.tui.cli.main import main
+from tests.support.exits import assert_exit_2
+from tests.support.step_stream_server import step_stream_server
+
+
+def cached_after(messages) -> int:
+    cached: set = set()
+    for frames in messages:
+        for event in msgpack.unpackb(frames[2], raw=False, strict_map_key=False)[1]:
+            if event["type"] == "BlockStored":
+                cached.update(event["block_hashes"])
+            elif event["type"] == "BlockRemoved":
+                cached.difference_update(event["block_hashes"])
+    return len(cached)
+
+
+def test_headless_attach_follows_the_log_and_the_kv_events(tmp_path):
+    out = tmp_path / "attach.json"
+    with step_stream_server(tmp_path, seconds=1.5) as server:
+        opts = AttachOptions(interval=0.25, headless=True, duration=3.0, output=str(out), max_num_seqs=8,
+                             device="h100", vllm_log=str(server.log_path), kv_events=server.kv_endpoint,
+                             kv_replay=server.replay_endpoint)
+        setup = prepare((server.url,), opts)
+        server.start()
+        assert run_headless(setup) == 0
+        assert server.done.is_set()
+    doc = json.loads(out.read_text())
+    steps, cache = doc["streams"]["step_log"], doc["streams"]["prefix_cache"]
+    assert steps["steps"] == len(server.lines_written) > 100 and steps["unparsed_lines"] == 0
+    assert steps["other_lines"] == 0 and steps["dropped_lines"] == 0
+    assert cache["cached_blocks"] == cached_after(server.messages_sent) and cache["malformed_messages"] == 0
+    assert doc["streams"]["kv_link"].startswith(f"kv events: {len(server.messages_sent)} batches")
+
+
+@pytest.mark.parametrize("args, option", [
+    (["--vllm-log", "/nonexistent/vllm.log"], "--vllm-log"),
+    (["--vllm-log", "/"], "--vllm-log"),
+    (["--kv-events", "localhost:5557"], "--kv-events"),
+    (["--kv-events", "tcp://*:5557"], "--kv-events"),
+    (["--kv-replay", "tcp://127.0.0.1:5558"], "--kv-replay"),
+])
+def test_bad_stream_options_exit_2_naming_the_option(args, option):
+    result = CliRunner().invoke(main, ["attach", "http://127.0.0.1:9/", "--headless", "--duration", "1", *args])
+    assert_exit_2(result, option)
