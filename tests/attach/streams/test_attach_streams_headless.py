@@ -57,3 +57,54 @@ def test_headless_attach_follows_the_log_and_the_kv_events(tmp_path):
 def test_bad_stream_options_exit_2_naming_the_option(args, option):
     result = CliRunner().invoke(main, ["attach", "http://127.0.0.1:9/", "--headless", "--duration", "1", *args])
     assert_exit_2(result, option)
+
+
+def test_hostile_streams_are_counted_and_the_watch_ends_normally(tmp_path):
+    """Random bytes, a garbage payload, ten million events in one message, a sequence that jumps back,
+    and 1 MB log lines: counted, skipped, and the watch still writes its JSON and exits 0."""
+    import os
+    import struct
+    import threading
+
+    import zmq
+
+    from tests.attach.streams.kv_helpers import TOPIC
+    from tests.support.local_http import local_server
+    from tests.support.step_stream_server import _metrics_handler
+    from tests.support.vllm_step_streams import scrapes_unix
+
+    n = 10_000_000
+    flood = b"\x93" + msgpack.packb(1.0) + b"\xdd" + n.to_bytes(4, "big") + b"\x91\xa1X" * n + b"\x00"
+    messages = [[os.urandom(64)], [TOPIC, struct.pack(">q", 0), os.urandom(200)],
+                [TOPIC, struct.pack(">q", 1), flood], [TOPIC, struct.pack(">q", 0), msgpack.packb([2.0, [], 0])]]
+    log = tmp_path / "vllm.log"
+    log.write_text("")
+    context = zmq.Context()
+    pub = context.socket(zmq.PUB)
+    pub.setsockopt(zmq.LINGER, 0)
+    port = pub.bind_to_random_port("tcp://127.0.0.1")
+    out = tmp_path / "attach.json"
+
+    def send() -> None:
+        threading.Event().wait(1.0)
+        for message in messages:
+            pub.send_multipart(message)
+        with open(log, "ab") as f:
+            f.write(b"Engine 000: Iteration(1): " + b"7" * (1 << 20) + b"\n" + b"y" * (1 << 20) + b"\n")
+
+    try:
+        with local_server(_metrics_handler([body for _, body in scrapes_unix()[10:20]])) as url:
+            setup = prepare((url,), AttachOptions(interval=0.25, headless=True, duration=3.0, output=str(out),
+                                                  device="h100", vllm_log=str(log), kv_events=f"tcp://127.0.0.1:{port}"))
+            sender = threading.Thread(target=send)
+            sender.start()
+            assert run_headless(setup) == 0
+            sender.join()
+    finally:
+        pub.close()
+        context.term()
+    doc = json.loads(out.read_text())
+    cache, steps = doc["streams"]["prefix_cache"], doc["streams"]["step_log"]
+    assert cache["malformed_messages"] >= 1 and cache["left_out_events"] == n - 100_000
+    assert "server restarted 1x" in doc["streams"]["kv_link"]
+    assert steps["long_lines"] == 2 and steps["steps"] == 0
