@@ -36,7 +36,8 @@ class StepStreamServer:
         self.writer.start()
 
 
-def _metrics_handler(bodies: list[str]) -> type[Answering]:
+def metrics_handler(bodies: list[str]) -> type[Answering]:
+    """/metrics answering the given expositions one after another, then the last one again."""
     served = itertools.count()
 
     class Metrics(Answering):
@@ -60,7 +61,7 @@ def step_stream_server(tmp: Path, *, lines_per_s: float = 100.0, messages_per_s:
     for sock in (pub, router):
         sock.setsockopt(zmq.LINGER, 0)
     pub_port, replay_port = pub.bind_to_random_port("tcp://127.0.0.1"), router.bind_to_random_port("tcp://127.0.0.1")
-    with local_server(_metrics_handler(bodies)) as url:
+    with local_server(metrics_handler(bodies)) as url:
         server = StepStreamServer(url, log_path, f"tcp://127.0.0.1:{pub_port}", f"tcp://127.0.0.1:{replay_port}")
         stop = threading.Event()
 

@@ -16,6 +16,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+import msgpack
+
 from batchtop.core_engine.attach.scrape.sample import parse_exposition
 from batchtop.core_engine.attach.scrape.scrape import ScrapeResult
 from batchtop.core_engine.attach.streams.stream_tick import KVMessage, StreamTick
@@ -86,3 +88,16 @@ def _ticks() -> Iterator[CaptureTick]:
         yield CaptureTick(round(stamp - t0, 6), [live(parse_exposition(body, round(stamp - t0, 6)))],
                           StreamTick(tick_lines, tick_kv))
         last = stamp
+
+
+def cached_after(messages) -> int:
+    """The blocks a publisher's messages leave cached (stored minus removed), read with msgpack alone,
+    not batchtop's decoder: what the prefix cache's count is checked against."""
+    cached: set = set()
+    for frames in messages:
+        for event in msgpack.unpackb(frames[2], raw=False, strict_map_key=False)[1]:
+            if event["type"] == "BlockStored":
+                cached.update(event["block_hashes"])
+            elif event["type"] == "BlockRemoved":
+                cached.difference_update(event["block_hashes"])
+    return len(cached)

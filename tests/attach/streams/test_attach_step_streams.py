@@ -5,7 +5,6 @@ the verdict reads the steps."""
 
 from __future__ import annotations
 
-import msgpack
 import pytest
 
 from batchtop.core_engine.attach.monitor import Monitor
@@ -23,7 +22,7 @@ from batchtop.core_engine.trace.trace import TraceError, read_trace
 from tests.support.scripted_vllm import ScriptedVllm, Tick
 from tests.support.attach_helpers import live
 from batchtop.core_engine.attach.scrape.sample import parse_exposition
-from tests.support.vllm_step_streams import URL, capture_ticks, iteration_lines, kv_messages_unix
+from tests.support.vllm_step_streams import URL, cached_after, capture_ticks, iteration_lines, kv_messages_unix
 
 SMOLLM2_DIMS = PRESETS["cpu-demo"]  # dims only price the steps here; the capture's own model is SmolLM2
 
@@ -33,18 +32,6 @@ def watch(monitor: Monitor):
     for tick in capture_ticks():
         frame = monitor.feed(tick.results, tick.t, tick.streams)
     return frame
-
-
-def stored_minus_removed() -> int:
-    """The capture's cached blocks, counted from the raw msgpack without batchtop's decoder."""
-    cached: set = set()
-    for _, frames in kv_messages_unix():
-        for event in msgpack.unpackb(frames[2], raw=False, strict_map_key=False)[1]:
-            if event["type"] == "BlockStored":
-                cached.update(event["block_hashes"])
-            elif event["type"] == "BlockRemoved":
-                cached.difference_update(event["block_hashes"])
-    return len(cached)
 
 
 def test_every_logged_step_reaches_the_timeline_with_its_own_rows():
@@ -64,7 +51,7 @@ def test_the_prefix_cache_holds_what_was_stored_and_not_removed_and_the_shared_s
     state.decode = served_tokenizer("smollm2") if smollm2_file() is not None else None
     frame = watch(Monitor([URL], streams=state))
     prefix = frame.streams.prefix
-    assert prefix.cached_blocks == stored_minus_removed() == 108
+    assert prefix.cached_blocks == cached_after(frames for _, frames in kv_messages_unix()) == 108
     assert prefix.block_size == 32 and prefix.shared and prefix.malformed == 0
     top = prefix.top[0]
     assert top.continuations >= 2 and top.tokens >= 320  # the system prompt spans ten 32-token blocks

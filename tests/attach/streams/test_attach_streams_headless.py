@@ -6,27 +6,23 @@ stream options exit 2 naming the option."""
 from __future__ import annotations
 
 import json
+import os
+import struct
+import threading
 
 import msgpack
 import pytest
+import zmq
 
 from click.testing import CliRunner
 
 from batchtop.tui.cli.attach import AttachOptions, prepare, run_headless
 from batchtop.tui.cli.main import main
 from tests.support.exits import assert_exit_2
-from tests.support.step_stream_server import step_stream_server
-
-
-def cached_after(messages) -> int:
-    cached: set = set()
-    for frames in messages:
-        for event in msgpack.unpackb(frames[2], raw=False, strict_map_key=False)[1]:
-            if event["type"] == "BlockStored":
-                cached.update(event["block_hashes"])
-            elif event["type"] == "BlockRemoved":
-                cached.difference_update(event["block_hashes"])
-    return len(cached)
+from tests.attach.streams.kv_helpers import TOPIC
+from tests.support.local_http import local_server
+from tests.support.step_stream_server import metrics_handler, step_stream_server
+from tests.support.vllm_step_streams import cached_after, scrapes_unix
 
 
 def test_headless_attach_follows_the_log_and_the_kv_events(tmp_path):
@@ -62,17 +58,6 @@ def test_bad_stream_options_exit_2_naming_the_option(args, option):
 def test_hostile_streams_are_counted_and_the_watch_ends_normally(tmp_path):
     """Random bytes, a garbage payload, ten million events in one message, a sequence that jumps back,
     and 1 MB log lines: counted, skipped, and the watch still writes its JSON and exits 0."""
-    import os
-    import struct
-    import threading
-
-    import zmq
-
-    from tests.attach.streams.kv_helpers import TOPIC
-    from tests.support.local_http import local_server
-    from tests.support.step_stream_server import _metrics_handler
-    from tests.support.vllm_step_streams import scrapes_unix
-
     n = 10_000_000
     flood = b"\x93" + msgpack.packb(1.0) + b"\xdd" + n.to_bytes(4, "big") + b"\x91\xa1X" * n + b"\x00"
     messages = [[os.urandom(64)], [TOPIC, struct.pack(">q", 0), os.urandom(200)],
@@ -93,7 +78,7 @@ def test_hostile_streams_are_counted_and_the_watch_ends_normally(tmp_path):
             f.write(b"Engine 000: Iteration(1): " + b"7" * (1 << 20) + b"\n" + b"y" * (1 << 20) + b"\n")
 
     try:
-        with local_server(_metrics_handler([body for _, body in scrapes_unix()[10:20]])) as url:
+        with local_server(metrics_handler([body for _, body in scrapes_unix()[10:20]])) as url:
             setup = prepare((url,), AttachOptions(interval=0.25, headless=True, duration=3.0, output=str(out),
                                                   device="h100", vllm_log=str(log), kv_events=f"tcp://127.0.0.1:{port}"))
             sender = threading.Thread(target=send)
