@@ -53,6 +53,7 @@ def attach_report(monitor: Monitor, frame: AttachFrame, *, interval_s: float, pe
         "imbalance": [b.as_dict() | {"line": b.line()} for b in frame.imbalances],
         "verdict": frame.verdict.as_dict() if frame.verdict is not None else None,
         "verdict_history": [stretch.as_dict() for stretch in monitor.tracker.stretches],
+        "watch_verdict": watch.as_dict() if (watch := monitor.tracker.over_watch(frame.history)) else None,
     }
     if frame.streams is not None:
         doc["streams"] = streams_doc(frame.streams, peaks)

@@ -160,3 +160,43 @@ def test_real_batchtop_serve_under_the_in_flight_client_never_reads_batches():
     """The same server and requests, kept 16 in flight: 47 s instead of 276 s, and no batches."""
     verdicts = verdicts_of("attach-batchtop-serve-smollm2-cpu-in-flight-client.jsonl.gz")
     assert verdicts and all(v.evidence.get("pattern") != "barrier" for _, v in verdicts)
+
+
+def watched(name: str):
+    from batchtop.core_engine.trace.trace import read_trace
+    from batchtop.tui.cli.attach_replay import replayed
+    from tests.support.attach_helpers import DATA
+    return replayed(read_trace(str(DATA / name)))
+
+
+def test_two_batches_then_idle_read_as_batches_over_the_whole_watch():
+    """batchtop serve (SmolLM2, 16 slots) under examples/batch_client.py --requests 32: two batches of 16,
+    then 25 s idle. No tick reads batches (two are no pattern while the watch goes on) and the watch ends
+    idle; the verdict over the whole watch names the batches, on stderr and in the JSON."""
+    from batchtop.core_engine.attach.report import attach_report
+    from batchtop.tui.cli.attach import verdict_lines
+    monitor, frame = watched("attach-batchtop-serve-smollm2-cpu-2-batches.jsonl.gz")
+    assert frame.verdict.kind == "idle"
+    assert all(s.kind != "client" or "batches" not in s.line for s in monitor.tracker.stretches)
+    lines = verdict_lines(monitor, frame)
+    assert lines[1].startswith("over the whole watch: client (batches): 2 bursts of ~16 of 16 slots")
+    assert "examples/in_flight_client.py" in lines[1]
+    doc = attach_report(monitor, frame, interval_s=1.0, peaks=None, peaks_note="recorded", complete=True)
+    assert doc["watch_verdict"]["bound"] == "client" and doc["watch_verdict"]["evidence"]["bursts"] == 2
+
+
+def test_over_the_whole_watch_is_silent_where_the_ticks_said_it_or_there_were_no_batches():
+    for name in ("attach-batchtop-serve-smollm2-cpu-batch-client.jsonl.gz",  # three batches: the ticks said it
+                 "attach-batchtop-serve-smollm2-cpu-in-flight-client.jsonl.gz"):  # kept in flight: no batches
+        monitor, frame = watched(name)
+        assert monitor.tracker.over_watch(frame.history) is None
+    from batchtop.core_engine.attach.monitor import Monitor
+    from batchtop.core_engine.attach.scrape.sample import parse_exposition
+    from tests.support.attach_helpers import live
+    from tests.support.scripted_vllm import ScriptedVllm
+    server, monitor = ScriptedVllm(), Monitor(["http://scripted:8000/metrics"], max_num_seqs=32)
+    for i, t in enumerate(in_flight(16, 80) + [tick(0, 0)] * 10 + in_flight(16, 80, seed=1) + [tick(0, 0)] * 10):
+        frame = monitor.feed([live(parse_exposition(server.text(t), float(i)))], float(i))
+    # two runs that each drained at their end, as batches do, but kept 16 in flight while they ran
+    assert monitor.tracker.bursts.reading(watch_ended=True) is None
+    assert monitor.tracker.over_watch(frame.history) is None

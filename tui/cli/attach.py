@@ -105,10 +105,13 @@ def run_headless(setup: AttachSetup) -> int:
 
 def verdict_lines(monitor: Monitor, frame: AttachFrame) -> list[str]:
     """The verdict at the end of the watch and, when another held longer (the end is a load draining),
-    that one too."""
+    that one too, or the client's batches where the whole watch shows them and no tick could."""
     if frame.verdict is None:
         return []
     out = [f"verdict: {frame.verdict.line}" + (f"; {frame.verdict.advice}" if frame.verdict.advice else "")]
+    whole = monitor.tracker.over_watch(frame.history)
+    if whole is not None:
+        return out + [f"over the whole watch: {whole.line}" + (f"; {whole.advice}" if whole.advice else "")]
     longest = monitor.tracker.longest()
     if longest is not None and longest.kind != frame.verdict.kind:
         out.append(f"held longest: {longest.kind} for {longest.seconds:.0f} s of {frame.t:.0f} s (t = "

@@ -33,6 +33,7 @@ ARRIVAL = 2  # scrapes a burst may take to arrive (it can straddle a scrape)
 DRAINED = 0.25  # of the last burst, or 1 request: what may still run when a batch has "drained"
 IDLE_SHARE = 0.1  # of the time from one burst to the next: the most nothing may be in flight between
 MIN_BURSTS = 3  # a burst, then two that each came when the one before had finished: a pattern
+MIN_AT_END = 2  # at the end of a watch, two whole cycles (the newest drained too) are all a short one shows
 MIN_SCRAPES = 5  # from one burst to the next: a shorter cycle is within the scrapes' own graininess
 KEPT = 16
 
@@ -148,16 +149,19 @@ class BurstWatch:
         self.bursts.append(burst)
         del self.bursts[:-KEPT]
 
-    def reading(self) -> BarrierReading | None:
+    def reading(self, *, watch_ended: bool = False) -> BarrierReading | None:
         """The barrier pattern when the newest bursts show it: MIN_BURSTS or more in a row, each clean,
-        drained before the next and followed by it at once (the newest may still be running). Arrivals
+        drained before the next and followed by it at once (the newest may still be running). While the
+        watch goes on, one batch after another once is no pattern yet (a third may not come); once it has
+        ended, MIN_AT_END whole batches, the newest drained too, are the whole of what it saw. Arrivals
         pending for a scrape do not count yet, either way."""
         chain: list[Burst] = []
         for b in reversed(self.bursts):
             if not (b.real and b.clean and (not chain or (b.drained_t is not None and chain[-1].follows(b)))):
                 break
             chain.append(b)
-        if len(chain) < MIN_BURSTS:
+        whole = watch_ended and bool(chain) and chain[0].drained_t is not None
+        if len(chain) < (MIN_AT_END if whole else MIN_BURSTS):
             return None
         chain.reverse()
         drained = [b.drained_to for b in chain[:-1] if b.drained_to is not None]

@@ -98,6 +98,19 @@ class VerdictTracker:
         self.stretches.append(VerdictStretch(verdict.kind, start, t, verdict.line, verdict.advice))
         del self.stretches[:-MAX_STRETCHES]
 
+    def over_watch(self, history: tuple[HistoryPoint, ...]) -> Verdict | None:
+        """At the end of a watch, client (batches) where its bursts show the client's batches though no
+        tick did (a short watch: two batches, then the server drained and sat idle); None otherwise, the
+        verdicts held saying it already. Read over the points in which something was in flight."""
+        barrier = self.bursts.reading(watch_ended=True)
+        if barrier is None or self.bursts.reading() is not None:
+            return None
+        loaded = [p for p in history if p.dt is not None and (p.running or 0) + (p.waiting or 0) > 0]
+        span = summarize(loaded)
+        if span is None:
+            return None
+        return explain("client", span, pattern(loaded, barrier))
+
     def longest(self) -> VerdictStretch | None:
         """The verdict that held longest over the watch while there was a load (idle only when nothing
         else held: a watch started long before its load is still about the load)."""
