@@ -13,7 +13,8 @@ intensity, each group set against the mean of the memory probes either side of i
 machine's memory bandwidth moves with its neighbours (33 to 70 GB/s on the same 2-core host within an
 hour, from one second to the next): a roof measured once before a round's steps was a quiet host's for
 steps that ran on a busy one, or the other way round. The roofs the dashboard shows are the best this
-machine was ever seen to do (cached), printed last with the fractions against them. It also times the
+machine was ever seen to do (cached), raised by any step of this run that beat them (raised_roofs.py):
+printed last with each batch's groups and its fastest step against them (at most 1). It also times the
 batch-1 matmuls alone (every weight once, no attention, no Python between them but the module calls):
 the ceiling the kernels themselves set.
 """
@@ -34,6 +35,7 @@ from batchtop.core_engine.model.weight_bytes import weights_text
 from batchtop.core_engine.perf.decode_sweep import decode_step_stream
 from batchtop.core_engine.perf.device_peaks import DevicePeaks, device_peaks, measure_peaks, probe_mib
 from batchtop.core_engine.perf.kernel_peaks import gemv_probe, kernels_in_use
+from batchtop.core_engine.perf.raised_roofs import RoofRaiser, step_rates
 from batchtop.core_engine.run.resolve import resolve_config
 
 
@@ -86,13 +88,15 @@ class GroupRates:
 
 
 def group_rates(engine: Engine, batch: int, context: int, steps: int, groups: int,
-                memory_probe: Callable[[], float], settle: int = SETTLE_STEPS) -> list[GroupRates]:
+                memory_probe: Callable[[], float], settle: int = SETTLE_STEPS,
+                observe: Callable[[object], object] = lambda snap: None) -> list[GroupRates]:
     """`steps` decode forwards at this batch (rounded down to whole groups) in `groups` groups, the memory
-    roof probed between them and `settle` unmeasured steps after each probe."""
+    roof probed between them and `settle` unmeasured steps after each probe; observe: sees every step."""
     size = steps // groups
     rates, group, before, skip = [], [], memory_probe(), settle
     stream = decode_step_stream(Engine(engine.config, runner=engine.runner), batch, context, (size + settle) * groups)
     for snap in stream:
+        observe(snap)
         if skip > 0:
             skip -= 1
             continue
@@ -134,13 +138,23 @@ def main() -> None:
     print(f"{config.model.name} ({config.model.num_params() / 1e6:.0f}M, {weights_text(config.model, config.dtype)}, "
           f"{config.dtype}) on {config.device}; context {args.context}")
     memory_probe = between_groups_probe(config.device, config.dtype)
+    panel = RoofRaiser.for_run(device_peaks(config.device, config.dtype), config.device, config.dtype)
+    every: dict[int, list[tuple[float, float]]] = {b: [] for b in batches}  # (intensity, FLOP/s) of each step
+
+    def observe(batch: int) -> Callable[[object], None]:
+        def seen(snap: object) -> None:
+            panel.observe(snap)
+            if (rates := step_rates(snap)) is not None:
+                every[batch].append((snap.cost.intensity, rates[0]))
+        return seen
     groups: dict[int, list[GroupRates]] = {b: [] for b in batches}
     fractions: dict[int, list[float]] = {b: [] for b in batches}
     for round_ in range(args.rounds):
         peaks = measure_peaks(config.device, config.dtype)
         print(f"round {round_ + 1}: roofs {peaks.roofs_text()}; ridge {peaks.ridge_flop_per_byte:.1f} FLOP/B")
         for batch in batches:
-            rates = group_rates(engine, batch, args.context, args.steps, args.groups, memory_probe)
+            rates = group_rates(engine, batch, args.context, args.steps, args.groups, memory_probe,
+                                observe=observe(batch))
             groups[batch] += rates
             round_fractions = [r.fraction(peaks) for r in rates]
             fractions[batch] += round_fractions
@@ -154,11 +168,14 @@ def main() -> None:
     for batch in batches:
         print(f"  batch {batch:>3}: median {statistics.median(fractions[batch]):.2f} of the roofs around its steps "
               f"({len(fractions[batch])} groups, {min(fractions[batch]):.2f}-{max(fractions[batch]):.2f})")
-    panel = device_peaks(config.device, config.dtype)
-    print(f"the dashboard's roofs (the best this machine was seen to do): {panel.roofs_text()}")
+    roofs = panel.peaks
+    print(f"the dashboard's roofs (the best this machine was seen to do, raised by this run's steps): "
+          f"{roofs.roofs_text()}; compute {panel.compute.text()}; memory {panel.memory.text()}")
     for batch in batches:
-        best = statistics.median(r.flops / panel.roof(r.intensity) for r in groups[batch])
-        print(f"  batch {batch:>3}: {best:.2f} of them (median over groups)")
+        best = statistics.median(r.flops / roofs.roof(r.intensity) for r in groups[batch])
+        top = max(flops / roofs.roof(intensity) for intensity, flops in every[batch])
+        print(f"  batch {batch:>3}: {best:.2f} of them (median over groups); every step at most {top:.2f} "
+              f"({len(every[batch])} steps)")
     ceiling = gemv_ceiling(engine)
     print(f"batch-1 matmuls alone stream weights at {ceiling / 1e9:.1f} GB/s")
 

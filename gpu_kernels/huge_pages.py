@@ -9,8 +9,9 @@ step. Copied onto 2 MiB pages the same GEMVs ran 1.1-1.3x as fast on a quiet 2-c
 Packs are small (SmolLM2's are 0.07-1.1 MB, below a huge page), so they are carved from shared chunks
 of CHUNK bytes, 64-byte aligned; a pack of a quarter of a chunk or more gets a mapping of its own. A chunk
 is an anonymous mmap the tensors view (torch.frombuffer keeps it alive): it is unmapped when the last
-tensor carved from it is gone. Where madvise or MADV_HUGEPAGE does not exist, or THP is off, `place`
-still copies (the same bytes, ordinary pages), so a run behaves the same everywhere.
+tensor carved from it is gone. Where madvise or MADV_HUGEPAGE does not exist, the kernel refuses the
+advice (built without THP), or THP is off, `place` still copies (the same bytes, ordinary pages), so a
+run behaves the same everywhere.
 """
 
 from __future__ import annotations
@@ -37,7 +38,10 @@ class _Chunk:
     def __init__(self, size: int) -> None:
         self.map = mmap.mmap(-1, size + HUGE_PAGE, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
         if supported():
-            self.map.madvise(mmap.MADV_HUGEPAGE)
+            try:
+                self.map.madvise(mmap.MADV_HUGEPAGE)
+            except OSError:  # a kernel built without THP answers EINVAL: the same bytes, on ordinary pages
+                pass
         self.bytes = torch.frombuffer(self.map, dtype=torch.uint8)
         self.offset = -self.bytes.data_ptr() % HUGE_PAGE
         self.end = self.offset + size

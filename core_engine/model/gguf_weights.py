@@ -20,6 +20,7 @@ from batchtop.core_engine.model import families
 from batchtop.core_engine.model.checkpoint import layer_shapes
 from batchtop.core_engine.model.families import ModelFamily
 from batchtop.core_engine.model.gguf_file import family_of, read_header
+from batchtop.core_engine.model.gguf_finite import FLOATS, SCALES, check_finite, check_finite_values
 from batchtop.core_engine.model.gguf_header import GGUFHeader, TensorInfo
 from batchtop.core_engine.model.llama import LlamaForCausalLM
 from batchtop.core_engine.model.parameters import empty_model, hf_parameters
@@ -113,13 +114,15 @@ def unpermute_rope(rows: torch.Tensor, num_heads: int) -> torch.Tensor:
 
 
 def read_raw(h: GGUFHeader, info: TensorInfo) -> np.ndarray:
-    """One tensor's bytes as the file stores them (a fresh uint8 array, not a view of the file)."""
+    """One tensor's bytes as the file stores them (a fresh uint8 array, not a view of the file), its
+    block scales (or float values) checked finite: both ways of running a file read through here."""
     try:
         raw = np.fromfile(h.path, dtype=np.uint8, count=info.nbytes, offset=info.offset)
     except OSError as exc:
         raise BadInput(f"{h.path}: cannot read tensor {info.name} ({exc.strerror or exc})") from None
     if raw.size != info.nbytes:
         raise BadInput(f"{h.path}: truncated: tensor {info.name} has {raw.size} of its {info.nbytes} bytes")
+    check_finite(h, info, raw)
     return raw
 
 
@@ -128,6 +131,8 @@ def read_tensor(h: GGUFHeader, info: TensorInfo) -> torch.Tensor:
     raw = read_raw(h, info)
     kind = gguf.GGMLQuantizationType[info.type_name]
     values = gguf.quants.dequantize(raw.reshape(info.byte_shape), kind)
+    if info.type_name not in SCALES and info.type_name not in FLOATS:  # BF16: its values are its numbers
+        check_finite_values(h, info, values)
     return torch.from_numpy(np.ascontiguousarray(values, dtype=np.float32).reshape(info.shape))
 
 

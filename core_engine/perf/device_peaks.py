@@ -2,9 +2,14 @@
 
 On CUDA they come from a datasheet table keyed by the NVML/torch device name (dense bf16 tensor-core
 FLOP/s, HBM/GDDR bandwidth). On a CPU, and on a GPU the table does not know, they are measured once
-with a short microbenchmark (a large copy and a square GEMM) and cached on disk per machine. Where
-batchtop's own CPU bf16 kernels run, the compute roof is what their GEMM reaches and the memory roof
-the higher of the copy's and their GEMV's (kernel_peaks.py), so a step's fraction stays at most 1.
+with a short microbenchmark (a large copy and a square GEMM, each the best of several runs) and cached
+on disk per machine. Where batchtop's own CPU bf16 kernels run, the compute roof is what their fastest
+GEMM reaches (linear_bf16's, or linear_quant's int8 blocks) and the memory roof the higher of the
+copy's and their GEMV's (kernel_peaks.py).
+
+A cached roof only goes up: a measurement again keeps the better of each (best_of), and a step that
+beats a roof raises it in the cache (raise_cached, from raised_roofs.py), so a figure measured in a busy
+minute does not hold later runs below what the machine was seen to do.
 
 A roof is cached under what was measured (roofs_identity: the device, its ISA, torch, threads, the
 probes, and whether batchtop's kernels or torch's ops ran them, with the kernels' build), and a cached
@@ -18,14 +23,16 @@ import hashlib
 import json
 import math
 import os
-import time
-from dataclasses import asdict, dataclass
+from datetime import datetime, timezone
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 import torch
 
 from batchtop.core_engine.device import DTYPES, cpu_flags, cpu_has_native_bf16, device_name
-from batchtop.core_engine.perf.kernel_peaks import KERNELS_SOURCE, kernel_peaks, kernels_for_roofs, kernels_in_use
+from batchtop.core_engine.perf.roof_sources import with_raise
+from batchtop.core_engine.perf.kernel_peaks import (KERNELS_SOURCE, best_time, kernel_peaks, kernels_for_roofs,
+                                                    kernels_in_use)
 from batchtop.gpu_kernels import huge_pages
 
 T, G = 1e12, 1e9
@@ -108,17 +115,12 @@ def datasheet_peaks(name: str) -> DevicePeaks | None:
     return None
 
 
-def _median_time(fn, device: str, repeats: int) -> float:
-    times = []
-    for _ in range(repeats):
-        if device == "cuda":
-            torch.cuda.synchronize()
-        t0 = time.perf_counter()
-        fn()
-        if device == "cuda":
-            torch.cuda.synchronize()
-        times.append(time.perf_counter() - t0)
-    return sorted(times)[len(times) // 2]
+def _best_time(fn, device: str, repeats: int) -> float:
+    """The fastest of `repeats` runs (kernel_peaks.best_time), synchronised on a GPU: a busy host's runs
+    read slow, never fast, so the best is the nearest to what the device does."""
+    if device != "cuda":
+        return best_time(fn, repeats)
+    return best_time(lambda: (fn(), torch.cuda.synchronize()), repeats)
 
 
 def last_level_cache_bytes() -> int | None:
@@ -149,20 +151,21 @@ def measure_peaks(device: str, dtype: str, copy_mib: int | None = None, gemm_n: 
     else:
         src = torch.ones(numel, dtype=torch.float32, device=device)
         dst = torch.empty_like(src)
-    copy_s = _median_time(lambda: dst.copy_(src), device, 7)
+    copy_s = _best_time(lambda: dst.copy_(src), device, 7)
     bandwidth = 2 * src.numel() * 4 / copy_s
     del src, dst
     if kernels_in_use(device, dtype):
         # the step's GEMMs are batchtop's, so torch's is not timed: on an AVX2 CPU without AVX512_BF16 a
         # 2048^3 bf16 GEMM in torch takes about a minute, and batchtop's own runs it 300x faster
-        flops, kernel_bandwidth = kernel_peaks(gemm_n=gemm_n, gemv_mib=copy_mib)
-        return DevicePeaks(device_name(device), flops, max(bandwidth, kernel_bandwidth),
-                           f"measured:copy {copy_mib} MiB + {KERNELS_SOURCE} GEMM and GEMV {copy_mib} MiB")
+        kernels = kernel_peaks(gemm_n=gemm_n, gemv_mib=copy_mib)
+        return DevicePeaks(device_name(device), kernels.flops, max(bandwidth, kernels.gemv_bytes_per_s),
+                           f"measured:copy {copy_mib} MiB + {KERNELS_SOURCE} GEMM and GEMV {copy_mib} MiB "
+                           f"(GEMMs {kernels.text()})")
     if device == "cpu" and dtype == "bfloat16" and not cpu_has_native_bf16():
         gemm_n = min(gemm_n, 256)  # emulated: 2048^3 takes about a minute (the dashboard waits for its roofs)
     a = torch.randn(gemm_n, gemm_n, device=device).to(DTYPES[dtype])
     b = torch.randn(gemm_n, gemm_n, device=device).to(DTYPES[dtype])
-    gemm_s = _median_time(lambda: a @ b, device, 5)
+    gemm_s = _best_time(lambda: a @ b, device, 5)
     flops = 2 * gemm_n ** 3 / gemm_s
     return DevicePeaks(device_name(device), flops, bandwidth, f"measured:copy {copy_mib} MiB + {dtype} GEMM {gemm_n}^3")
 
@@ -175,7 +178,8 @@ def cache_dir() -> Path:
 # What the probes measure, in the cache key: a roof cached by an older probe is measured again. 2: the
 # GEMV streams the copy's 256 MiB, not 64 MiB that the last-level cache partly served (kernel_peaks.py).
 # 3: the key holds the CPU's ISA and whether the kernels ran, and a file is served only to its identity.
-PROBES_VERSION = 3
+# 4: each probe the best of its runs, not their median, and the compute roof the fastest GEMM kernel.
+PROBES_VERSION = 4
 ISA_FLAGS = ("amx_bf16", "avx512_bf16", "avx512f", "avx2", "fma")  # what decides a CPU's bf16 GEMM speed
 
 
@@ -211,6 +215,24 @@ def _read_cache(path: Path, identity: dict) -> DevicePeaks | None:
         return None  # a broken cache is measured again
 
 
+def roofs_file(device: str, dtype: str) -> tuple[Path, dict]:
+    """Where the roofs of this device and dtype, as measured now, are cached, and the identity they are
+    cached under (kernels_for_roofs first)."""
+    identity = roofs_identity(device, dtype)
+    return cache_dir() / f"peaks-{_cache_key(device, dtype, identity)}.json", identity
+
+
+def _write_cache(path: Path, identity: dict, peaks: DevicePeaks) -> None:
+    """Whole or not at all (a rename): two runs raising the same roofs never leave half a file."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+        tmp.write_text(json.dumps({**asdict(peaks), "identity": identity}), encoding="utf-8")
+        tmp.replace(path)
+    except OSError:
+        pass  # a read-only home still gets the peaks, just not cached
+
+
 def device_peaks(device: str, dtype: str, *, use_cache: bool = True, refresh: bool = False) -> DevicePeaks:
     """The roofs for this device: datasheet where known, else measured once and cached, on the kernels
     the steps will run (kernels_for_roofs). refresh: measure again even when cached, keeping each roof
@@ -220,8 +242,7 @@ def device_peaks(device: str, dtype: str, *, use_cache: bool = True, refresh: bo
         if known is not None:
             return known
     kernels_for_roofs(device, dtype)  # loads (or builds) batchtop's kernels where no background build runs
-    identity = roofs_identity(device, dtype)
-    path = cache_dir() / f"peaks-{_cache_key(device, dtype, identity)}.json"
+    path, identity = roofs_file(device, dtype)
     cached = _read_cache(path, identity) if use_cache else None
     if cached is not None and not refresh:
         return DevicePeaks(cached.device_name, cached.peak_flops, cached.peak_bytes_per_s, cached.source + CACHED)
@@ -229,12 +250,26 @@ def device_peaks(device: str, dtype: str, *, use_cache: bool = True, refresh: bo
     if cached is not None:
         peaks = best_of(cached, peaks)
     if use_cache:
-        try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(json.dumps({**asdict(peaks), "identity": identity}), encoding="utf-8")
-        except OSError:
-            pass  # a read-only home still gets the peaks, just not cached
+        _write_cache(path, identity, peaks)
     return peaks
+
+
+def raise_cached(path: Path, identity: dict, flops: float, bytes_per_s: float) -> DevicePeaks | None:
+    """Each cached roof raised to the given figure where that is higher (a step beat it), the source
+    saying when; the file's roofs after, or None where no file of this identity exists to raise."""
+    cached = _read_cache(path, identity)
+    if cached is None:
+        return None
+    when = f"by a step on {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC"
+    raised, source = cached, cached.source
+    if flops > cached.peak_flops:
+        raised, source = replace(raised, peak_flops=flops), with_raise(source, "compute", when)
+    if bytes_per_s > cached.peak_bytes_per_s:
+        raised, source = replace(raised, peak_bytes_per_s=bytes_per_s), with_raise(source, "memory", when)
+    if raised is not cached:
+        raised = replace(raised, source=source)
+        _write_cache(path, identity, raised)
+    return raised
 
 
 def peaks_from_dict(data: dict | None) -> DevicePeaks | None:

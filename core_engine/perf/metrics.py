@@ -97,11 +97,14 @@ class MetricsCollector:
             counts[f.finish_reason] = counts.get(f.finish_reason, 0) + 1
         return counts
 
-    def roofline(self, peaks: DevicePeaks) -> dict:
-        """Where decode and prefill steps sat against this device's roofs, on average."""
+    def roofline(self, peaks: DevicePeaks, roofs: dict | None = None) -> dict:
+        """Where decode and prefill steps sat against this device's roofs, on average: the roofs the run
+        ended with (raised_roofs.py); roofs: where each came from (RoofRaiser.as_dict)."""
         out: dict = {"device_name": peaks.device_name, "peak_flops": peaks.peak_flops,
                      "peak_bytes_per_s": peaks.peak_bytes_per_s, "ridge_flop_per_byte": peaks.ridge_flop_per_byte,
                      "peaks_source": peaks.source}
+        if roofs is not None:
+            out["roofs"] = roofs
         for kind, points in self.roofline_points.items():
             n = len(points)
             out[kind] = {
@@ -109,12 +112,14 @@ class MetricsCollector:
                 "intensity_mean": sum(p[0] for p in points) / n if n else None,
                 "achieved_flops_mean": sum(p[1] for p in points) / n if n else None,
                 "achieved_bytes_per_s_mean": sum(p[2] for p in points) / n if n else None,
-                "fraction_of_roof_mean": _mean([p[1] / peaks.roof(p[0]) for p in points if peaks.roof(p[0]) > 0]),
+                "fraction_of_roof_mean": _mean(fractions := [p[1] / peaks.roof(p[0]) for p in points
+                                                             if peaks.roof(p[0]) > 0]),
+                "fraction_of_roof_max": max(fractions, default=None),
             }
         return out
 
     def summary(self, config: dict, *, complete: bool = True, workload: dict | None = None,
-                peaks: DevicePeaks | None = None) -> dict:
+                peaks: DevicePeaks | None = None, roofs: dict | None = None) -> dict:
         last = self.last
         counters = last.counters if last is not None else None
         wall = last.t if last is not None else 0.0
@@ -165,7 +170,7 @@ class MetricsCollector:
                 "free_blocks_at_end": last.num_free_blocks if last is not None else num_blocks,
             },
             "preemptions": counters.preemptions if counters else 0,
-            **({"roofline": self.roofline(peaks)} if peaks is not None else {}),
+            **({"roofline": self.roofline(peaks, roofs)} if peaks is not None else {}),
         })
 
 

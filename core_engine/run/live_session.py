@@ -7,6 +7,7 @@ RunLoop, so a scripted demo, a recording or a server behaves the same with or wi
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from typing import Protocol
 
 from batchtop.core_engine.engine import control
@@ -17,6 +18,7 @@ from batchtop.core_engine.run.script import ScriptPlayer
 from batchtop.core_engine.engine.detokenizer import TextDecoder, TextDelta
 from batchtop.core_engine.engine.snapshot import StepSnapshot
 from batchtop.core_engine.trace.trace import Recorder
+from batchtop.core_engine.trace.writer import TraceWriteError
 from batchtop.core_engine.workload.spec import make_burst
 
 
@@ -30,10 +32,16 @@ class SessionListener(Protocol):
 
 class Session:
     def __init__(self, engine: Engine, workload: list[Request], *, recorder: Recorder | None = None,
-                 script: ScriptPlayer | None = None, text: TextDecoder | None = None) -> None:
+                 script: ScriptPlayer | None = None, text: TextDecoder | None = None,
+                 on_record_failure: Callable[[TraceWriteError], None] | None = None) -> None:
+        """on_record_failure: None, a trace that cannot be written ends the run at the next step boundary
+        (a run's trace is part of its result; the step it failed in still reaches the metrics and the
+        listeners); else it is told once and the run goes on unrecorded (a server keeps serving)."""
         self.engine = engine
         self.workload = workload
         self.recorder = recorder
+        self.on_record_failure = on_record_failure
+        self._record_failure: TraceWriteError | None = None  # raised at the next boundary (policy None)
         self.script = script
         self.listeners: list[SessionListener] = []
         self.text = text  # decodes each step's new tokens (a model directory's tokenizer), else None
@@ -55,6 +63,7 @@ class Session:
 
     def before_step(self) -> None:
         """Send the script's due actions; they apply at the start of the coming step."""
+        self._raise_record_failure()
         if self.script is None:
             return
         for action in self.script.due(self.engine.now()):
@@ -97,21 +106,40 @@ class Session:
     def after_step(self, snap: StepSnapshot) -> TextDelta | None:
         """Record the step; returns the text it added (None without a decoder)."""
         delta = self.text.update(self.engine.scheduler.running, snap) if self.text is not None else None
-        if self.recorder is not None:
-            self.recorder.record(snap, delta)
+        self._recording(lambda recorder: recorder.record(snap, delta))
         for listener in self.listeners:
             listener.observe(snap)
         return delta
 
     def note(self, name: str, value: object = None) -> None:
         """A driver-level event for the trace: pause, resume, caption."""
-        if self.recorder is not None:
-            self.recorder.control(name, value)
+        self._recording(lambda recorder: recorder.control(name, value))
 
     def close(self, reason: str, error: str | None = None) -> None:
-        if self.recorder is not None:
+        """Close the trace, then tell the listeners, even when the trace fails: a server whose hub never
+        heard the engine stop kept answering /health and left every new request hanging."""
+        try:
             if error is not None:
-                self.recorder.error(error)
-            self.recorder.close(reason)
-        for listener in self.listeners:
-            listener.closed(reason, error)
+                self._recording(lambda recorder: recorder.error(error))
+            self._recording(lambda recorder: recorder.close(reason))
+        finally:
+            for listener in self.listeners:
+                listener.closed(reason, error)
+        self._raise_record_failure()  # a trace cut in the last step, or by its end event: the run failed
+
+    def _recording(self, write: Callable[[Recorder], None]) -> None:
+        """One write to the trace, under the session's policy for a trace that cannot be written."""
+        if self.recorder is None or self.recorder.closed:
+            return
+        try:
+            write(self.recorder)
+        except TraceWriteError as exc:
+            if self.on_record_failure is not None:
+                self.on_record_failure(exc)
+            else:
+                self._record_failure = exc
+
+    def _raise_record_failure(self) -> None:
+        failure, self._record_failure = self._record_failure, None
+        if failure is not None:
+            raise failure

@@ -175,7 +175,8 @@ class RunLoop:
 
     # -- the loop's thread ------------------------------------------------------------------------
     def run(self, should_stop: Callable[[], bool] | None = None) -> LoopEnd:
-        """Loop until the run ends; never raises for an engine error (a second Ctrl-C still unwinds)."""
+        """Loop until the run ends; never raises for an engine error, nor for a trace that fails as the run
+        closes (a second Ctrl-C still unwinds)."""
         end = LoopEnd(self.stop_reason)
         try:
             while (result := self._iterate(should_stop)) is None:
@@ -189,6 +190,9 @@ class RunLoop:
         finally:
             try:
                 self.stepper.close(end.reason, end.error_text)
+            except Exception as exc:  # the trace failed as it closed: the run's first error is the one to tell
+                if end.error is None:
+                    end = LoopEnd("error", exc)
             finally:
                 self.done.set()
         return end

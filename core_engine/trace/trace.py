@@ -25,7 +25,7 @@ from batchtop.core_engine.perf.metrics import finite
 from batchtop.core_engine.engine.detokenizer import TextDelta
 from batchtop.core_engine.text_files import NotText, decode_utf8, input_problem, parse_json
 from batchtop.core_engine.trace.codec import SnapshotDecoder, SnapshotEncoder
-from batchtop.core_engine.trace.writer import TRACE_FORMAT, TRACE_VERSION, TraceWriter
+from batchtop.core_engine.trace.writer import TRACE_FORMAT, TRACE_VERSION, TraceWriteError, TraceWriter
 from batchtop.core_engine.trace.schema import (ENGINE_SOURCE, SOURCES, event_problem, framing_problem,
                                                       header_problem)
 
@@ -40,7 +40,8 @@ class TraceError(BadInput):
 class Recorder:
     """Appends a session's events to a trace file. Written by the thread that produces snapshots; any
     thread may close it (a signal that ends the process while that thread is still in a step): each
-    call holds a lock, and once closed, with its end event, it writes nothing more."""
+    call holds a lock, and once closed, with its end event, it writes nothing more. A write that fails
+    raises TraceWriteError once (naming the file); the recording is closed from then on."""
 
     def __init__(self, path: str, header: dict, record_text: bool = False) -> None:
         self.path = path
@@ -53,6 +54,17 @@ class Recorder:
     @property
     def closed(self) -> bool:
         return self._writer.closed
+
+    @property
+    def failure(self) -> TraceWriteError | None:
+        """The write that stopped the recording early, if one did."""
+        return self._writer.failure
+
+    def outcome(self) -> str:
+        """What the user has on disk, for the driver's last words."""
+        if self.failure is None:
+            return f"recorded {self.path}"
+        return f"recorded {self.path} up to the write that failed: what it holds replays (with a warning)"
 
     def _write(self, event: dict) -> None:
         self._writer.write(event, t=time.monotonic() - self._t0)

@@ -23,7 +23,7 @@ def step_at(fraction: float, peaks: DevicePeaks, controls=(), intensity: float =
     """A step snapshot whose achieved FLOP/s is `fraction` of its roof under `peaks`."""
     flops = 1e9
     cost = SimpleNamespace(flops=flops, bytes=flops / intensity, intensity=intensity, weight_bytes=weight_bytes)
-    return SimpleNamespace(is_step=True, controls=controls, cost=cost,
+    return SimpleNamespace(is_step=True, controls=controls, cost=cost, step=7, t=1.25,
                            forward_s=flops / (fraction * peaks.roof(intensity)))
 
 
@@ -54,21 +54,26 @@ def test_a_step_above_the_roof_measures_it_again_once_keeping_the_better_of_each
     again = DevicePeaks("Test CPU", 120e9, 9e9, KERNELS.source)  # faster compute, on a busier memory bus
     measured = Measured(again)
     roofs = LiveRoofs(KERNELS, "cpu", "bfloat16", measure=measured)
-    roofs.observe(step_at(ABOVE_ROOF - 0.05, KERNELS))  # noise: not measured again
+    roofs.observe(step_at(1.1, KERNELS))  # within noise: not measured again, but raised to the step's figure
     assert measured.refreshes == []
-    roofs.observe(step_at(1.5, KERNELS))
+    assert roofs.peaks.peak_flops == pytest.approx(1.1 * 99e9) and roofs.peaks.peak_bytes_per_s == 11e9
+    roofs.observe(step_at(1.5, KERNELS))  # 1.36x the raised roof: measured again
     assert measured.refreshes == [True]
-    assert (roofs.peaks.peak_flops, roofs.peaks.peak_bytes_per_s) == (120e9, 11e9)
-    assert roofs.view.note.startswith("a step ran at 1.5x the roof; re-measured: 120 GFLOP/s, 11 GB/s")
-    roofs.observe(step_at(2.0, roofs.peaks))  # once: a step that still beats them is shown, not chased
+    assert roofs.view.note.startswith("a step ran at 1.4x the roof; re-measured: 120 GFLOP/s, 11 GB/s")
+    # the step still beats the better of the two measurements, and raises the compute roof to its own figure
+    assert "the step is still above them: raised to 148 GFLOP/s, 11 GB/s" in roofs.view.note
+    assert (roofs.peaks.peak_flops, roofs.peaks.peak_bytes_per_s) == (pytest.approx(148.5e9), 11e9)
+    roofs.observe(step_at(2.0, roofs.peaks))  # once: a step that still beats them raises them, unmeasured
     assert measured.refreshes == [True]
+    assert roofs.peaks.peak_flops == pytest.approx(297e9) and fraction_of_roof(step_at(2.0, KERNELS), roofs.peaks) <= 1
+    assert roofs.view.lines[0] == "raised compute by step 7 at t=1.2 s · memory by step 7 at t=1.2 s"
 
 
 def test_a_step_that_still_beats_the_roof_says_so_and_why_when_its_weights_fit_in_the_cache(monkeypatch):
     monkeypatch.setattr(lr, "last_level_cache_bytes", lambda: 32 << 20)
     roofs = LiveRoofs(KERNELS, "cpu", "bfloat16", measure=Measured(KERNELS))
     roofs.observe(step_at(1.9, KERNELS, intensity=3.0, weight_bytes=25 << 20))
-    assert roofs.view.note.endswith("the step is still above them (its 25 MiB of weights fit in the 32 MiB cache)")
+    assert "the step is still above them (its 25 MiB of weights fit in the 32 MiB cache): raised to" in roofs.view.note
 
 
 def test_after_the_kernels_come_in_a_step_may_beat_the_new_roofs_once_more():

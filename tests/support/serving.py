@@ -25,6 +25,7 @@ from batchtop.core_engine.serve.prompts import ServedModel
 from batchtop.core_engine.serve.server import Server, bind_socket
 from batchtop.core_engine.serve.text import TextCodec
 from batchtop.core_engine.run.live_session import Session
+from batchtop.core_engine.trace.trace import Recorder
 from tests.conftest import tiny_config
 
 
@@ -104,9 +105,11 @@ def serving(config: EngineConfig | None = None, *, engine: Engine | None = None,
             api_key: str | None = None, max_waiting: int | None = None, grace_s: float = 5.0,
             max_body_bytes: int | None = None, stop_on_engine_failure: bool = True,
             workload: list[Request] | None = None, body_timeout_s: float | None = None,
-            head_timeout_s: float | None = None, chat_seconds: float = 2.0) -> Iterator[Running]:
+            head_timeout_s: float | None = None, chat_seconds: float = 2.0,
+            recorder: Recorder | None = None) -> Iterator[Running]:
+    """recorder: a trace under the session, with no failure policy (the CLI's serve sets one)."""
     engine = engine or Engine(config or tiny_config(max_num_seqs=16, num_kv_blocks=1024))
-    session = Session(engine, workload or [])
+    session = Session(engine, workload or [], recorder=recorder)
     chat = start_chat(codec, chat_seconds)
     model = ServedModel("tiny", engine.config, codec, chat=chat)
     metrics = VllmMetrics(engine.config, model.name)

@@ -75,6 +75,17 @@ async def test_a_step_that_beats_the_live_roofs_has_them_measured_again_and_the_
         assert app.source.frame.roofs.peaks == HIGH
 
 
+async def test_a_step_still_above_roofs_measured_again_raises_them_and_the_device_panel_says_which(monkeypatch):
+    monkeypatch.setattr(lr, "device_peaks", lambda device, dtype, refresh=False: LOW)  # a busy host, again
+    app = live_app(LOW, live_roofs=True)
+    async with app.run_test(size=(160, 40)) as pilot:
+        await step(pilot)
+        await wait_for(pilot, lambda: "raised compute by step 1 at t=" in panel_text(app, DevicePanel))
+        await step(pilot, 2)
+        assert ABOVE not in panel_text(app, RooflinePanel)  # every step at most at the roofs it raised
+        assert app.source.frame.roofs.peaks.peak_flops > LOW.peak_flops
+
+
 async def test_when_the_cpu_kernels_come_in_the_roofs_are_measured_with_them(monkeypatch):
     notes = []
     monkeypatch.setattr(lr, "device_peaks", lambda device, dtype, refresh=False: HIGH)
@@ -118,7 +129,7 @@ async def test_a_verdict_too_long_for_the_panel_keeps_its_start_and_ends_in_an_e
 
 async def test_the_attach_roofline_marks_intervals_above_the_roof_and_says_why():
     above = AttachPoint(16.0, 3 * AVX2.peak_flops, "measured")
-    frame = SimpleNamespace(main=SimpleNamespace(point=above, point_note=None), tick=1,
+    frame = SimpleNamespace(main=SimpleNamespace(point=above, point_note=None), tick=1, streams=None,
                             history=[SimpleNamespace(point=above)] * 3)
     panel = AttachRooflinePanel(AVX2, "--device cpu: measured:test")
     text = "\n".join(await rendered(panel, frame, (60, 16)))

@@ -11,8 +11,8 @@ from rich.table import Table
 from batchtop.core_engine.engine.engine import Engine
 from batchtop.core_engine.perf.roofline import bound
 from batchtop.core_engine.sched.policies import COMPARE_BASELINE, COMPARE_CANDIDATE, policy_class
-from batchtop.tui.cli.headless import (build_engine, exit_code, load_peaks, metrics_document, note_written,
-                                           run_and_report)
+from batchtop.tui.cli.headless import (build_engine, exit_code, load_peaks, metrics_document, note_raised,
+                                           note_written, run_and_report, run_roofs)
 from batchtop.tui.cli.defaults import COMPARE_REQUESTS
 from batchtop.tui.cli.options import EXIT_ENGINE_FAILURE, bad_input_exits
 from batchtop.tui.cli.run_setup import build_setup
@@ -89,17 +89,19 @@ def run_compare(opts: dict, output: str) -> None:
                             num_requests=opts["num_requests"] or COMPARE_REQUESTS)
     first = build_engine(setup)  # one model, reused: both runs see the same weights (or the same simulation)
     peaks = load_peaks(setup)
+    roofs = run_roofs(setup, peaks)  # one machine: what the baseline's steps raised holds for the candidate's
     docs = {}
     for mode in (COMPARE_BASELINE, COMPARE_CANDIDATE):
         config = setup.config.with_(mode=mode)
         engine = Engine(config, runner=first.runner, clock=first.clock)
-        result = run_and_report(engine, setup, label=f"{mode:>10} ")
-        docs[mode] = metrics_document(result, setup, engine.config.as_dict(), peaks)
+        result = run_and_report(engine, setup, label=f"{mode:>10} ", roofs=roofs)
+        docs[mode] = metrics_document(result, setup, engine.config.as_dict(), peaks, roofs)
         code = exit_code(result)
         if code:
             if deliver_json({"schema": COMPARE_SCHEMA, **docs, "speedup": None}, output):
                 note_written(COMPARE_SCHEMA, output)
             sys.exit(code)
+    note_raised(roofs)
     speedup, verdict = speedup_of(docs[COMPARE_BASELINE], docs[COMPARE_CANDIDATE])
     if not deliver_json({"schema": COMPARE_SCHEMA, **docs, "speedup": speedup}, output):
         sys.exit(EXIT_ENGINE_FAILURE)

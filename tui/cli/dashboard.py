@@ -84,8 +84,10 @@ def prepare(setup: Setup, peaks, telemetry: TelemetrySampler | None, say, start_
     except BadInput as exc:
         raise PrepareFailed(EXIT_BAD_INPUT, user_message(exc)) from None
     setup = pace_workload(setup, engine, say=say)
-    # a what-if run computes no real tokens: there are no words to show
-    session = setup.open_session(engine, peaks, show_text=setup.simulation is None)
+    try:  # a what-if run computes no real tokens: there are no words to show
+        session = setup.open_session(engine, peaks, show_text=setup.simulation is None)
+    except BadInput as exc:  # a --record whose header cannot be written
+        raise PrepareFailed(EXIT_BAD_INPUT, user_message(exc)) from None
     workload = setup.workload_record()
     if setup.simulation is not None:
         clock = engine.clock

@@ -13,6 +13,8 @@ from batchtop.core_engine.perf.device_peaks import DevicePeaks, device_peaks
 from batchtop.core_engine.model.gguf_quant_weights import slow_blocks_note
 from batchtop.core_engine.model.weight_bytes import weights_text
 from batchtop.core_engine.perf.metrics import finite
+from batchtop.core_engine.perf.isa_peak import isa_record
+from batchtop.core_engine.perf.raised_roofs import RoofRaiser
 from batchtop.core_engine.run.resolve import pool_note
 from batchtop.core_engine.engine.engine import Engine
 from batchtop.core_engine.run.headless import RunResult, run_workload
@@ -22,7 +24,7 @@ from batchtop.core_engine.engine.snapshot import StepSnapshot
 from batchtop.tui.cli.defaults import HEADLESS_REQUESTS
 from batchtop.tui.cli.options import EXIT_ENGINE_FAILURE, bad_input_exits
 from batchtop.tui.cli.run_setup import Setup, build_setup
-from batchtop.core_engine.output_files import deliver_json
+from batchtop.core_engine.output_files import OutputError, deliver_json
 from batchtop.tui.cli.progress import StderrProgress
 from batchtop.gpu_kernels import cpu_kernels
 
@@ -91,26 +93,46 @@ def load_peaks(setup: Setup) -> DevicePeaks:
     return peaks
 
 
+def run_roofs(setup: Setup, peaks: DevicePeaks) -> RoofRaiser | None:
+    """The roofs a run's steps raise where they beat them (measured ones; a what-if's are the model's)."""
+    return RoofRaiser.for_run(peaks, setup.config.device, setup.config.dtype) if setup.simulation is None else None
+
+
+def note_raised(roofs: RoofRaiser | None) -> None:
+    """Where the run's steps beat the roofs it started with, what they end at (the JSON's fractions')."""
+    if roofs is not None and roofs.raised:
+        which = [f"{name} {origin.raise_words()}" for name, origin in
+                 (("compute", roofs.compute), ("memory", roofs.memory)) if origin.raised_step is not None]
+        note(f"roofs raised by the steps that beat them: {roofs.peaks.roofs_text()} ({', '.join(which)})")
+
+
 def warn_rejections(snap: StepSnapshot) -> None:
     for _, reason in snap.rejected:
         note(f"warning: rejected {reason}")
 
 
-def run_and_report(engine: Engine, setup: Setup, label: str = "", session: Session | None = None) -> RunResult:
+def run_and_report(engine: Engine, setup: Setup, label: str = "", session: Session | None = None,
+                   roofs: RoofRaiser | None = None) -> RunResult:
     progress = StderrProgress(setup.requests, label=label)
 
     def on_step(snap: StepSnapshot) -> None:
         warn_rejections(snap)
         progress.update(snap)
+        if roofs is not None:
+            roofs.observe(snap)
 
     result = run_workload(engine, setup.requests, session, on_step=on_step)
     progress.close()
     return result
 
 
-def metrics_document(result: RunResult, setup: Setup, config_dict: dict, peaks: DevicePeaks | None) -> dict:
+def metrics_document(result: RunResult, setup: Setup, config_dict: dict, peaks: DevicePeaks | None,
+                     roofs: RoofRaiser | None = None) -> dict:
+    """roofs: the run's, raised where its steps beat them: the fractions are against what they ended at."""
+    if roofs is not None:
+        peaks = roofs.peaks
     doc = result.collector.summary(config_dict, complete=result.complete, workload=setup.workload_record(),
-                                   peaks=peaks)
+                                   peaks=peaks, roofs=roofs.as_dict() if roofs is not None else None)
     if setup.simulation is not None:
         doc["simulated"] = setup.simulation.as_dict()
     if result.error is not None:
@@ -124,6 +146,9 @@ def metrics_document(result: RunResult, setup: Setup, config_dict: dict, peaks: 
 
 
 def exit_code(result: RunResult) -> int:
+    if isinstance(result.error, OutputError):  # a full disk under the trace: its message says it all
+        note(f"error: {result.error}; metrics cover what finished before it (complete: false)")
+        return EXIT_ENGINE_FAILURE
     if result.error is not None:
         note("engine failure: " + "".join(traceback.format_exception(result.error)).rstrip())
         return EXIT_ENGINE_FAILURE
@@ -152,9 +177,13 @@ def run_headless(opts: dict, output: str | None) -> None:
     engine = build_engine(setup)
     setup = pace_workload(setup, engine)
     peaks = load_peaks(setup)
-    result = run_and_report(engine, setup, session=setup.open_session(engine, peaks))
-    if setup.record:
-        note(f"recorded {setup.record}")
-    written = deliver_json(metrics_document(result, setup, engine.config.as_dict(), peaks), output)
+    roofs = run_roofs(setup, peaks)
+    with bad_input_exits():
+        session = setup.open_session(engine, peaks, isa_peaks=isa_record(roofs.isa) if roofs is not None else None)
+    result = run_and_report(engine, setup, session=session, roofs=roofs)
+    if session.recorder is not None:
+        note(session.recorder.outcome())
+    note_raised(roofs)
+    written = deliver_json(metrics_document(result, setup, engine.config.as_dict(), peaks, roofs), output)
     code = exit_code(result)
     sys.exit(code or (0 if written else EXIT_ENGINE_FAILURE))

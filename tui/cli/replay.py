@@ -7,7 +7,9 @@ import sys
 from batchtop.core_engine.config import EngineConfig
 from batchtop.core_engine.errors import ConfigError
 from batchtop.core_engine.perf.device_peaks import DevicePeaks
+from batchtop.core_engine.perf.isa_peak import isa_from_record
 from batchtop.core_engine.perf.metrics import MetricsCollector
+from batchtop.core_engine.perf.raised_roofs import RoofRaiser
 from batchtop.core_engine.trace.trace import Trace, TraceError, read_trace
 from batchtop.core_engine.trace.schema import HeaderError, engine_header
 from batchtop.tui.cli.headless import note
@@ -23,17 +25,29 @@ def recorded_engine(trace: Trace) -> tuple[EngineConfig, DevicePeaks | None]:
         raise TraceError(f"{trace.path}:1: {exc}") from None
 
 
+def recorded_roofs(trace: Trace, peaks: DevicePeaks | None) -> RoofRaiser | None:
+    """The roofs the recorded run's steps raised, raised again by the same steps (never into this
+    machine's cache), with the recording machine's ISA peaks; None where the run's were not raisable."""
+    if trace.header.get("simulated") or not RoofRaiser.applies(peaks):
+        return None
+    return RoofRaiser(peaks, isa=isa_from_record(trace.header.get("isa_peaks")))
+
+
 def replay_metrics(trace: Trace) -> dict:
     """The metrics JSON of the recorded run, folded from its snapshots exactly as the live run did."""
     collector = MetricsCollector()
+    _, peaks = recorded_engine(trace)
+    roofs = recorded_roofs(trace, peaks)
     for _, snap in trace.snapshots():
         if snap is not None:
             collector.observe(snap)
+            if roofs is not None:
+                roofs.observe(snap)
     end = trace.events[-1] if trace.events else {}
     complete = end.get("type") == "end" and end.get("reason") == "finished"
-    _, peaks = recorded_engine(trace)
     doc = collector.summary(trace.header["config"], complete=complete, workload=trace.header.get("workload"),
-                            peaks=peaks)
+                            peaks=roofs.peaks if roofs is not None else peaks,
+                            roofs=roofs.as_dict() if roofs is not None else None)
     if trace.header.get("simulated"):
         doc["simulated"] = trace.header["simulated"]
     doc["replayed_from"] = trace.path

@@ -22,6 +22,7 @@ from batchtop.core_engine.run.live_session import Session
 from batchtop.core_engine.engine.detokenizer import TextDecoder
 from batchtop.core_engine.run.resolve import resolve_config, resolve_workload
 from batchtop.core_engine.trace.trace import Recorder
+from batchtop.core_engine.trace.writer import TraceWriteError
 from batchtop.core_engine.workload.spec import WorkloadSpec, load_workload
 from batchtop.core_engine.simulate.calibration import DEFAULT, load_calibration
 from batchtop.core_engine.simulate.simulated_devices import simulated_device
@@ -42,17 +43,23 @@ class Setup:
     tokenizer: Tokenizer | None = None  # a model directory's; None for presets
     pacer: ClosedLoopPacer | None = None  # the bundled workload's closed-loop pace, once `paced`
 
-    def open_session(self, engine: Engine, peaks: DevicePeaks | None, *, show_text: bool = False) -> Session:
-        """show_text: decode every step's tokens for the screen, not only for a --record-text trace."""
+    def open_session(self, engine: Engine, peaks: DevicePeaks | None, *, show_text: bool = False,
+                     isa_peaks: dict | None = None) -> Session:
+        """show_text: decode every step's tokens for the screen, not only for a --record-text trace;
+        isa_peaks: the run's ISA peaks (isa_record), which its trace keeps for a replay's roofs."""
         recorder = None
         if self.record is not None:
-            recorder = Recorder(self.record, {
-                "config": self.config.as_dict(),
-                "device": {"kind": self.config.device, "name": peaks.device_name if peaks else self.config.device},
-                "peaks": peaks.as_dict() if peaks is not None else None,
-                "workload": self.workload_record(),
-                **({"simulated": self.simulation.as_dict()} if self.simulation is not None else {}),
-            }, record_text=self.record_text)
+            try:
+                recorder = Recorder(self.record, {
+                    "config": self.config.as_dict(),
+                    "device": {"kind": self.config.device, "name": peaks.device_name if peaks else self.config.device},
+                    "peaks": peaks.as_dict() if peaks is not None else None,
+                    "workload": self.workload_record(),
+                    **({"simulated": self.simulation.as_dict()} if self.simulation is not None else {}),
+                    **({"isa_peaks": isa_peaks} if isa_peaks else {}),
+                }, record_text=self.record_text)
+            except TraceWriteError as exc:  # not even the header fits (a full disk, /dev/full): before any work
+                raise ConfigError("--record", f"{exc.path}: {exc.reason}") from None
         player = ScriptPlayer(self.script) if self.script else None
         decode = self.tokenizer is not None and (show_text or self.record_text)
         return Session(engine, self.requests, recorder=recorder, script=player,

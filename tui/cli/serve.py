@@ -58,7 +58,10 @@ def run_serve(opts: dict, serve: ServeOptions) -> None:
         chat = start_chat(setup.tokenizer)  # a chat template that does not parse fails now, by its file
     try:
         engine, peaks = call_in_thread(lambda: (build_engine(setup), load_peaks(setup)))
-        session = setup.open_session(engine, peaks, show_text=not serve.headless)  # the dashboard shows text
+        with bad_input_exits():
+            session = setup.open_session(engine, peaks, show_text=not serve.headless)  # the dashboard shows text
+        # a full disk under --record must not take the server down: the recording stops, serving goes on
+        session.on_record_failure = lambda exc: note(f"warning: {exc}; serving goes on unrecorded")
         model = ServedModel(served_name(opts["model"], serve.served_model_name, setup.config.model.name),
                             setup.config, setup.tokenizer, defaults=sampling_defaults(setup.config.model.checkpoint),
                             chat=chat)
@@ -97,7 +100,7 @@ def _headless(session: Session, model: ServedModel, metrics: VllmMetrics, sock: 
     status.stop()
     loop.stop()
     if session.recorder is not None:
-        note(f"recorded {session.recorder.path}")
+        note(session.recorder.outcome())
     if loop.error is not None:
         note(f"engine failure: {loop.error}")
         return EXIT_ENGINE_FAILURE
@@ -117,6 +120,7 @@ def _dashboard(session: Session, model: ServedModel, metrics: VllmMetrics, sock:
     session.listeners.append(hub)
     server = Server(create_app(model, hub, metrics, api_key=serve.api_key), hub, sock, grace_s=serve.shutdown_grace,
                     quiet=True)
+    session.on_record_failure = lambda exc: source.notify("info", f"{exc}; serving goes on unrecorded")
     server.start_in_thread()
     source.serving_url = server.url
     code = BatchtopApp(source, theme=serve.theme).run()

@@ -9,6 +9,7 @@ finishing) go through `notify`.
 from __future__ import annotations
 
 import math
+import sys
 import threading
 import time
 import traceback
@@ -17,6 +18,7 @@ from dataclasses import replace
 
 from batchtop.core_engine.engine import control
 from batchtop.core_engine.engine.engine import Engine
+from batchtop.core_engine.output_files import OutputError
 from batchtop.core_engine.perf.device_peaks import DevicePeaks
 from batchtop.core_engine.perf.live_roofs import LiveRoofs, RoofsView
 from batchtop.core_engine.perf.telemetry import TelemetrySampler
@@ -136,7 +138,10 @@ class EngineSource:
         if end.reason == "error":  # the engine is dead; the UI stays up and says why
             self.error = end.error_text
             self._publish(force=True, sample=False)
-            self.notify("error", self.error + "\n" + "".join(traceback.format_exception(end.error, limit=6)))
+            # a full disk under the trace is no bug: its message names the file, a traceback adds nothing
+            details = "" if isinstance(end.error, OutputError) else "\n" + "".join(
+                traceback.format_exception(end.error, limit=6))
+            self.notify("error", self.error + details)
         elif end.reason == "script quit":
             self.notify("quit", "the script has ended the demo")
 
@@ -153,7 +158,10 @@ class EngineSource:
             self.loop.done.wait(wait_s)
         recorder = self.session.recorder
         if recorder is not None and not recorder.closed:
-            self.session.close(reason)
+            try:
+                self.session.close(reason)
+            except OutputError as exc:  # the screen has closed: the terminal is where it can still be said
+                print(f"batchtop: {exc}", file=sys.stderr, flush=True)
 
     def wake(self) -> None:
         """Thread-safe: work has arrived (a server's request); an idle engine thread starts at once."""

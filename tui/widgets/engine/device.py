@@ -1,5 +1,6 @@
 """The Device panel: what the engine runs on, its roofs, and live telemetry (NVML or the process).
-The roofs are the frame's where the live source measures them again as it runs (perf/live_roofs.py)."""
+The roofs are the frame's where the live source measures them again as it runs (perf/live_roofs.py),
+with the step that raised each (perf/raised_roofs.py) and the ISA's peak beside the measured compute."""
 
 from __future__ import annotations
 
@@ -56,6 +57,8 @@ class DevicePanel(Panel):
             text.append(f"from {os.path.basename(m.checkpoint)}{origin}\n", self.style("muted"))
         if p is not None:
             text.append(f"roofs {p.roofs_text(' · ')}\n")
+            for line in live.lines if live is not None else ():  # which a step raised; the ISA's peak
+                text.append(f"{line}\n")
             text.append(f"{p.source}\n", self.style("muted"))
         if self.simulation is not None:
             self._simulated(text, self.simulation)
