@@ -35,14 +35,16 @@ class AttachRecorder:
         self._writer = TraceWriter(path, {"source": SOURCE, **header})
 
     def tick(self, tick: int, t: float, results: list[ScrapeResult], streams: StreamTick = NOTHING) -> None:
-        for line_t, line in streams.lines:
-            self._writer.write(log_line_event(tick, line), t=line_t)
-        for message in streams.kv:
-            self._writer.write(kv_event(tick, message), t=message.t)
-        for replica, r in enumerate(results):
-            self._writer.write({"type": "scrape", "tick": tick, "replica": replica, "status": r.status,
-                                "reason": r.reason, "latency_s": round(r.latency_s, 6),
-                                "sample": r.sample.as_dict() if r.sample is not None else None}, t=t)
+        """The tick's scrapes and what the side streams delivered since the last, in the order of their
+        times (a line read while the scrape ran comes after it): the file's t never goes back."""
+        events = [(line_t, log_line_event(tick, line)) for line_t, line in streams.lines]
+        events += [(message.t, kv_event(tick, message)) for message in streams.kv]
+        events += [(t, {"type": "scrape", "tick": tick, "replica": replica, "status": r.status, "reason": r.reason,
+                        "latency_s": round(r.latency_s, 6),
+                        "sample": r.sample.as_dict() if r.sample is not None else None})
+                   for replica, r in enumerate(results)]
+        for event_t, event in sorted(events, key=lambda e: e[0]):
+            self._writer.write(event, t=event_t)
         self._writer.flush()
 
     def close(self, t: float, reason: str = "finished") -> None:

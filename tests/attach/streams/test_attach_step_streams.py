@@ -97,9 +97,10 @@ def test_a_damaged_stream_line_is_refused_naming_its_line_and_field(tmp_path):
     recorder.tick(1, first.t, first.results, StreamTick(((0.5, "Engine 000: Iteration(0): ..."),)))
     recorder.close(1.0)
     lines = path.read_text().splitlines()
-    lines[1] = lines[1].replace('"line":', '"lien":')
+    at = next(i for i, line in enumerate(lines) if '"type":"log_line"' in line)
+    lines[at] = lines[at].replace('"line":', '"lien":')
     path.write_text("\n".join(lines) + "\n")
-    with pytest.raises(TraceError, match=r"damaged.jsonl:2: log_line event: field line is missing"):
+    with pytest.raises(TraceError, match=rf"damaged.jsonl:{at + 1}: log_line event: field line is missing"):
         list(recorded_stream_ticks(read_trace(str(path))))
 
 

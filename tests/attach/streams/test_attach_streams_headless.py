@@ -30,7 +30,7 @@ def test_headless_attach_follows_the_log_and_the_kv_events(tmp_path):
     with step_stream_server(tmp_path, seconds=1.5) as server:
         opts = AttachOptions(interval=0.25, headless=True, duration=3.0, output=str(out), max_num_seqs=8,
                              device="h100", vllm_log=str(server.log_path), kv_events=server.kv_endpoint,
-                             kv_replay=server.replay_endpoint)
+                             kv_replay=server.replay_endpoint, record=str(tmp_path / "rec.jsonl"))
         setup = prepare((server.url,), opts)
         server.start()
         assert run_headless(setup) == 0
@@ -41,6 +41,9 @@ def test_headless_attach_follows_the_log_and_the_kv_events(tmp_path):
     assert steps["other_lines"] == 0 and steps["dropped_lines"] == 0
     assert cache["cached_blocks"] == cached_after(server.messages_sent) and cache["malformed_messages"] == 0
     assert doc["streams"]["kv_link"].startswith(f"kv events: {len(server.messages_sent)} batches")
+    recorded = [json.loads(line) for line in (tmp_path / "rec.jsonl").read_text().splitlines()]
+    assert sum(e["type"] == "log_line" for e in recorded) == len(server.lines_written)
+    assert all(a["t"] <= b["t"] for a, b in zip(recorded, recorded[1:]))  # lines read mid-scrape sorted in
 
 
 @pytest.mark.parametrize("args, option", [
