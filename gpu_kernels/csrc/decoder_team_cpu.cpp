@@ -4,9 +4,14 @@
 #include <ATen/record_function.h>
 
 #include <algorithm>
+#include <chrono>
+#include <mutex>
 #include <vector>
 #if defined(_OPENMP)
 #include <omp.h>
+#endif
+#if defined(__linux__)
+#include <sched.h>
 #endif
 
 #include "decoder_layer_parts.h"
@@ -18,6 +23,80 @@ namespace batchtop_cpu::layer {
 namespace {
 
 constexpr int64_t TEAM_ROWS = 8;  // the most rows a step runs as one team
+
+// The team's size: torch's threads, but no more than the CPUs this process may run on. Past those a thread
+// only waits at each barrier for one that has no CPU (taskset -c 0 with 2 threads: 5-7x one thread's
+// step time); a team of one runs the same stages with no barrier to wait at, the same bits.
+int team_threads(int threads) {
+#if defined(__linux__)
+  cpu_set_t cpus;
+  if (sched_getaffinity(0, sizeof cpus, &cpus) == 0) return std::max(1, std::min(threads, CPU_COUNT(&cpus)));
+#endif
+  return threads;
+}
+
+// Whether a step runs as a team or on the calling thread alone (a team of one: the same stages, the same
+// bits). Where other busy processes share the cores, a team thread waits at a barrier for one the scheduler
+// took off its core, often for a whole time slice: with a busy loop on each of 2 cores a SmolLM2 step at 2
+// threads took up to 9x one thread's. A team step whose threads slept at the barriers for a tenth of its
+// time starts a trial, a few steps alone, against the team's last three (never the first steps': a cold
+// first step sleeps too); the faster goes on, unquestioned for a hold that doubles each time a trial
+// confirms it. A lone thread is questioned at each hold's end: the cores may be free again.
+class TeamChoice {
+ public:
+  // The threads the next step runs on: `team`, or 1
+  int threads(int team) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return (trial_ > 0) != solo_ ? 1 : team;
+  }
+
+  // A step ran on `threads` threads in `seconds`, its threads sleeping `slept` seconds at the barriers
+  void ran(int threads, double seconds, double slept) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    const bool alone = threads == 1;
+    Times& mine = alone ? alone_ : team_;
+    mine.add(seconds);
+    ++step_;
+    if (trial_ > 0 && alone != solo_) {
+      if (--trial_ == 0) {
+        if (mine.median() < (alone ? team_ : alone_).median()) {
+          solo_ = alone;
+          hold_ = kHold;
+        } else {
+          hold_ = std::min(2 * hold_, kMaxHold);
+        }
+        until_ = step_ + hold_;
+      }
+    } else if (trial_ == 0 && step_ >= until_ && (solo_ || (slept > kSlept * seconds && team_.n >= 3))) {
+      trial_ = kTrial;
+      (solo_ ? team_ : alone_) = Times{};
+    }
+  }
+
+ private:
+  struct Times {  // the last three
+    double t[3] = {};
+    int n = 0;
+    void add(double s) { t[n++ % 3] = s; }
+    double median() const {
+      if (n < 3) return n == 0 ? 0 : n == 1 ? t[0] : std::min(t[0], t[1]);
+      return std::max(std::min(t[0], t[1]), std::min(std::max(t[0], t[1]), t[2]));
+    }
+  };
+  static constexpr int kTrial = 3;
+  static constexpr int64_t kHold = 32, kMaxHold = 512;  // steps
+  static constexpr double kSlept = 0.1;
+  std::mutex mutex_;
+  bool solo_ = false;  // the last trial's winner: a lone thread
+  int trial_ = 0;      // steps left to run the other way
+  int64_t step_ = 0, until_ = 0, hold_ = kHold;
+  Times team_, alone_;
+};
+
+TeamChoice& team_choice() {
+  static TeamChoice choice;
+  return choice;
+}
 
 // A thread's share of one of the layer's linears (run_team): the columns it computed
 ColumnShare linear_share(const bf16* x, int64_t x_stride, int64_t rows, int64_t k, const Packed& w, int64_t n,
@@ -67,7 +146,10 @@ void run_team(bf16* xp, const std::vector<LayerWeights>& stack, at::TensorList k
   std::vector<float> scores(std::max<int64_t>(score_floats, 0));
   float* shared_scores = score_floats >= 0 ? scores.data() : nullptr;
   TeamBarrier barrier;
-#pragma omp parallel num_threads(at::get_num_threads())
+  const int team = team_threads(at::get_num_threads());
+  const int threads = team > 1 ? team_choice().threads(team) : 1;
+  const auto start = std::chrono::steady_clock::now();
+#pragma omp parallel num_threads(threads)
   {
     const int64_t part = omp_get_thread_num(), parts = omp_get_num_threads();
     const auto meet = [&] { barrier.wait(static_cast<int>(parts)); };
@@ -107,6 +189,9 @@ void run_team(bf16* xp, const std::vector<LayerWeights>& stack, at::TensorList k
       }
     }
   }
+  if (team > 1)
+    team_choice().ran(threads, std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(),
+                      1e-9 * static_cast<double>(barrier.slept_ns()));
 #endif
 }
 
