@@ -33,6 +33,8 @@ class AttachOptions:
     kv_events: str | None = None  # tcp://HOST:PORT of its KV-event publisher
     kv_replay: str | None = None  # that publisher's replay endpoint
     model_params: float | None = None  # the served model's parameter count, where its dims are unknown
+    metrics_only: bool = False  # a batchtop server: its /metrics panels, not its engine's step stream
+    api_key: str | None = None  # a batchtop server's API key, for its step stream (/metrics needs none)
     vllm_log_fd: int | None = None  # where "-" is read once the dashboard has the terminal (not an option)
     vllm_log_from: int | None = None  # the log file's size once the options were checked (not an option)
 

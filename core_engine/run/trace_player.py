@@ -85,6 +85,16 @@ class TracePlayer:
                 out.append(item)
         return out
 
+    def play_until(self, t: float) -> list[Stepped]:
+        """Everything recorded up to t seconds, the clock moved there (an export steps frame by frame)."""
+        self.clock.t = max(self.clock.t, t)
+        out = []
+        while not self.is_done() and self.seconds_until_next_event() == 0.0:
+            item = self.step()
+            if item is not None:
+                out.append(item)
+        return out
+
     def _driver_event(self, event: dict) -> None:
         if event["type"] == "control":
             if event["name"] == "caption":

@@ -28,11 +28,15 @@ from batchtop.core_engine.serve.prompt_text import PromptText
 from batchtop.core_engine.serve.prompts import ServedModel, chat_prompt, completion_prompt, engine_request
 from batchtop.core_engine.serve.protocol import APIError, ChatBody, CompletionBody, SamplingBody
 from batchtop.core_engine.serve.responses import CHAT, COMPLETION, Shape
+from batchtop.core_engine.serve.step_route import add_step_route
+from batchtop.core_engine.serve.step_stream import StepPublisher
 from batchtop.core_engine.serve.streaming import CLIENT_CLOSED_REQUEST, Responder, unless_disconnected
 
 
 def create_app(model: ServedModel, hub: RequestHub, metrics: VllmMetrics, *, api_key: str | None = None,
-               max_body_bytes: int = MAX_BODY_BYTES, body_timeout_s: float = BODY_TIMEOUT_S) -> FastAPI:
+               max_body_bytes: int = MAX_BODY_BYTES, body_timeout_s: float = BODY_TIMEOUT_S,
+               steps: StepPublisher | None = None) -> FastAPI:
+    """steps: the engine's step stream, published at /batchtop/steps (step_route.py) when given."""
     responder = Responder(hub, model, metrics)
     text = None if model.codec is None else PromptText(model.codec, model.config, model.chat)
     parser = ThreadPoolExecutor(2, thread_name_prefix="batchtop-parse")
@@ -42,6 +46,8 @@ def create_app(model: ServedModel, hub: RequestHub, metrics: VllmMetrics, *, api
     @asynccontextmanager
     async def lifespan(_: FastAPI):
         hub.bind(asyncio.get_running_loop())
+        if steps is not None:
+            steps.bind(asyncio.get_running_loop())
         yield
         parser.shutdown(wait=False, cancel_futures=True)
         if text is not None:
@@ -105,4 +111,6 @@ def create_app(model: ServedModel, hub: RequestHub, metrics: VllmMetrics, *, api
     async def metrics_text() -> Response:
         return Response(metrics.exposition(), media_type=CONTENT_TYPE_LATEST)
 
+    if steps is not None:
+        add_step_route(app, steps, hub)
     return app

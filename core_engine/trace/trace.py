@@ -197,7 +197,8 @@ def _parse(raw: bytes) -> dict:
     return event
 
 
-def _check_header(path: str, lineno: int, event: dict) -> None:
+def check_header(path: str, lineno: int, event: dict) -> None:
+    """A trace's first line (a file's, or a live step stream's): its format, version and engine fields."""
     if event.get("format") != TRACE_FORMAT:
         raise TraceError(f"{path}:{lineno}: not a batchtop trace (format {event.get('format')!r})")
     version = event.get("version")
@@ -238,7 +239,7 @@ def read_trace(path: str) -> Trace:
                 raise TraceError(f"{path}:{lineno}: seq {event['seq']} after {last_seq}: events out of order")
             last_seq = event["seq"]
             if header is None:
-                _check_header(path, lineno, event)
+                check_header(path, lineno, event)
                 header = trace.header = event
                 schemas = SOURCES.get(trace.source)
                 continue

@@ -23,6 +23,7 @@ from batchtop.core_engine.serve.hub import RequestHub
 from batchtop.core_engine.serve.prompt_text import start_chat
 from batchtop.core_engine.serve.prompts import ServedModel
 from batchtop.core_engine.serve.server import Server, bind_socket
+from batchtop.core_engine.serve.step_stream import QUEUE_STEPS, StepPublisher
 from batchtop.core_engine.serve.text import TextCodec
 from batchtop.core_engine.run.live_session import Session
 from batchtop.core_engine.trace.trace import Recorder
@@ -38,6 +39,7 @@ class Running:
     metrics: VllmMetrics
     stopped: threading.Event  # set once the HTTP server has shut down
     chat: TemplateProcess | None = None  # the chat template's process
+    steps: StepPublisher | None = None  # the step stream at /batchtop/steps
 
     def get(self, path: str, **kwargs) -> httpx.Response:
         return httpx.get(self.url + path, timeout=10, **kwargs)
@@ -106,8 +108,9 @@ def serving(config: EngineConfig | None = None, *, engine: Engine | None = None,
             max_body_bytes: int | None = None, stop_on_engine_failure: bool = True,
             workload: list[Request] | None = None, body_timeout_s: float | None = None,
             head_timeout_s: float | None = None, chat_seconds: float = 2.0,
-            recorder: Recorder | None = None) -> Iterator[Running]:
-    """recorder: a trace under the session, with no failure policy (the CLI's serve sets one)."""
+            recorder: Recorder | None = None, steps_queue: int | None = None) -> Iterator[Running]:
+    """recorder: a trace under the session, with no failure policy (the CLI's serve sets one);
+    steps_queue: each step-stream viewer's bound, in steps."""
     engine = engine or Engine(config or tiny_config(max_num_seqs=16, num_kv_blocks=1024))
     session = Session(engine, workload or [], recorder=recorder)
     chat = start_chat(codec, chat_seconds)
@@ -115,11 +118,13 @@ def serving(config: EngineConfig | None = None, *, engine: Engine | None = None,
     metrics = VllmMetrics(engine.config, model.name)
     loop = EngineThread(session)
     hub = RequestHub(engine, wake=loop.wake, max_waiting=max_waiting)
-    session.listeners += [metrics, hub]
+    header = {"config": engine.config.as_dict(), "device": {"kind": "cpu", "name": "test-cpu"}, "peaks": None}
+    steps = StepPublisher(header, initial=engine.snapshot(), max_steps=steps_queue or QUEUE_STEPS)
+    session.listeners += [metrics, hub, steps]
     limits = {} if max_body_bytes is None else {"max_body_bytes": max_body_bytes}
     if body_timeout_s is not None:
         limits["body_timeout_s"] = body_timeout_s
-    app = create_app(model, hub, metrics, api_key=api_key, **limits)
+    app = create_app(model, hub, metrics, api_key=api_key, steps=steps, **limits)
     heads = {} if head_timeout_s is None else {"head_timeout_s": head_timeout_s}
     server = Server(app, hub, bind_socket("127.0.0.1", 0), grace_s=grace_s, quiet=True, **heads)
     if stop_on_engine_failure:  # as the headless command does
@@ -127,7 +132,7 @@ def serving(config: EngineConfig | None = None, *, engine: Engine | None = None,
     loop.start()
     server.start_in_thread()
     try:
-        yield Running(server.url, engine, hub, loop, metrics, server.stopped, chat)
+        yield Running(server.url, engine, hub, loop, metrics, server.stopped, chat, steps)
     finally:
         server.shutdown()
         server.join()

@@ -19,6 +19,7 @@ from batchtop.core_engine.attach.scrape.scrape import metrics_url
 from batchtop.core_engine.attach.watch import AttachWatch
 from batchtop.core_engine.errors import ConfigError
 from batchtop.core_engine.run.stop import Terminated, exit_status
+from batchtop.tui.cli.attach_engine_stream import open_engine_stream
 from batchtop.tui.cli.attach_export import export_workload
 from batchtop.tui.cli.attach_streams import check_streams, terminal_for_keys
 from batchtop.tui.cli.headless import note
@@ -123,6 +124,12 @@ def verdict_lines(monitor: Monitor, frame: AttachFrame) -> list[str]:
 def run_attach(urls: tuple[str, ...], opts: AttachOptions) -> None:
     with bad_input_exits():
         setup = prepare(urls, opts)
+    stream = open_engine_stream(setup)
+    if stream is not None:  # a batchtop server: its engine's own panels, from the snapshots it steps
+        from batchtop.tui.app import BatchtopApp  # Textual loads only here
+        from batchtop.tui.sources.stream import StreamSource
+        note(f"attaching to {stream.url}: the engine's panels, read-only (--metrics-only: its /metrics panels)")
+        sys.exit(BatchtopApp(StreamSource(stream), theme=opts.theme).run() or 0)
     note(f"attaching to {', '.join(setup.urls)} every {opts.interval:g} s (timeout {opts.timeout_s:g} s); "
          f"roofs: {setup.peaks_note}")
     if opts.headless:

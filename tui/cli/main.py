@@ -13,6 +13,7 @@ from batchtop.core_engine.run.stop import raise_terminated, signal_of, stopped
 from batchtop.tui.cli.defaults import (CALIBRATE_BATCHES, CALIBRATE_FULL, COMPARE_FULL_REQUESTS, COMPARE_REQUESTS,
                                        HEADLESS_REQUESTS)
 from batchtop.tui.cli.options import SEED, Finite, engine_options, session_options, theme_option
+from batchtop.tui.export.options import DEFAULT_FPS as EXPORT_FPS, DEFAULT_SIZE as EXPORT_SIZE
 
 CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 
@@ -147,18 +148,27 @@ def serve(host: str, port: int, api_key: str | None, served_model_name: str | No
 @click.option("--headless", is_flag=True, help="No screen: recompute the metrics JSON from the trace.")
 @click.option("-o", "--output", type=str, default=None, metavar="FILE", help="--headless: metrics JSON file (default stdout).")
 @click.option("--speed", type=Finite(0.25, 16), default=1.0, show_default=True,
-              help="Playback speed (< and > change it live).")
+              help="Playback speed (< and > change it live); --export: how fast the exported file plays.")
 @click.option("--export-workload", type=str, default=None, metavar="FILE.jsonl",
               help="An attach recording only: write the traffic it saw as a workload (no dashboard).")
+@click.option("--export", type=str, default=None, metavar="FILE.cast|FILE.svg",
+              help="No screen: draw the dashboard over the whole recording, at its recorded times, into an "
+                   "asciicast v2 (.cast: asciinema play, asciinema.org) or an animated SVG (.svg: a browser, "
+                   "a README).")
+@click.option("--export-size", type=str, default=EXPORT_SIZE, show_default=True, metavar="COLSxROWS",
+              help="--export: the terminal size the dashboard is drawn at.")
+@click.option("--export-fps", type=Finite(0.25, 30), default=EXPORT_FPS, show_default=True,
+              help="--export: frames per second of the exported file (unchanged frames are dropped).")
 @theme_option
 def replay(trace: str, headless: bool, output: str | None, speed: float, theme: str,
-           export_workload: str | None) -> None:
+           export_workload: str | None, export: str | None, export_size: str, export_fps: float) -> None:
     """Replay a recorded session (from --record) in the dashboard, or recompute its metrics.
 
     Keys: space pause, < / > slower / faster (0.25x..16x), n next step, g / G start / end.
     """
     from batchtop.tui.cli.replay import run_replay
-    run_replay(trace, headless=headless, output=output, speed=speed, theme=theme, export_workload=export_workload)
+    run_replay(trace, headless=headless, output=output, speed=speed, theme=theme, export_workload=export_workload,
+               export=export, export_size=export_size, export_fps=export_fps)
 
 
 @main.command(context_settings=CONTEXT)
@@ -253,12 +263,36 @@ def export_checkpoint(out_dir: str, model: str, seed: int, dtype: str) -> None:
 @click.option("--model-params", type=Finite(1.0, 1e15), default=None, metavar="N",
               help="The served model's parameter count, to place logged steps on the roofline when batchtop "
                    "cannot read its dims (--model, or the server's model directory).")
+@click.option("--metrics-only", is_flag=True,
+              help="A batchtop server: its /metrics panels, as for any server, not its engine's own panels.")
+@click.option("--api-key", default=None, envvar=API_KEY_ENV, show_envvar=True, callback=_api_key,
+              help="A batchtop server's API key: its engine's step stream is behind it (/metrics is not).")
 @theme_option
 def attach(urls: tuple[str, ...], theme: str, **opts) -> None:
     """Watch live vLLM, SGLang, TGI, llama.cpp, LMDeploy, NIM, TensorRT-LLM or batchtop servers.
 
     URL is a server's base URL (/metrics is appended); several URLs are data-parallel replicas, shown
     one row each with their aggregate and the replica that is out of line. Keys: p screenshot, t theme, q quit.
+    One batchtop serve URL shows its engine's own panels (slots, KV blocks, waiting, roofline) from its
+    step stream (/batchtop/steps), read-only; --metrics-only shows the /metrics panels instead.
     """
     from batchtop.tui.cli.attach import AttachOptions, run_attach
     run_attach(urls, AttachOptions(**opts, theme=theme))
+
+
+@main.command(context_settings={**CONTEXT, "ignore_unknown_options": True})
+@click.option("--host", default="127.0.0.1", show_default=True,
+              help="Address to listen on; anything but loopback exposes the dashboard, and the command every "
+                   "tab runs, to the network.")
+@click.option("--port", type=click.IntRange(0, 65535), default=8080, show_default=True, help="0 picks a free port.")
+@click.argument("args", nargs=-1, type=click.UNPROCESSED, metavar="[-- ARGS...]")
+def web(host: str, port: int, args: tuple[str, ...]) -> None:
+    """Serve the dashboard to browsers (textual-serve): every tab runs `batchtop ARGS`, keys as in a terminal.
+
+    With no ARGS each tab opens the dashboard on its own engine: one viewer's demo. Every tab is its own
+    process, so for one engine and many viewers run `batchtop serve` once (on 8000) and
+    `batchtop web -- attach http://127.0.0.1:8000`; `-- replay TRACE` plays a recording in
+    every tab.
+    """
+    from batchtop.tui.cli.web import run_web
+    run_web(main, host, port, args)

@@ -15,6 +15,7 @@ from batchtop.core_engine.trace.schema import HeaderError, engine_header
 from batchtop.tui.cli.headless import note
 from batchtop.tui.cli.options import bad_input_exits
 from batchtop.core_engine.output_files import check_outputs, deliver_json
+from batchtop.tui.export.options import DEFAULT_FPS, DEFAULT_SIZE, export_plan
 
 
 def recorded_engine(trace: Trace) -> tuple[EngineConfig, DevicePeaks | None]:
@@ -55,10 +56,19 @@ def replay_metrics(trace: Trace) -> dict:
 
 
 def run_replay(path: str, *, headless: bool, output: str | None, speed: float, theme: str,
-               export_workload: str | None = None) -> None:
+               export_workload: str | None = None, export: str | None = None, export_size: str = DEFAULT_SIZE,
+               export_fps: float = DEFAULT_FPS) -> None:
     with bad_input_exits():
+        plan = export_plan(export, export_size, export_fps, speed) if export is not None else None
+        if plan is not None and headless:
+            raise ConfigError("--export", "draws the dashboard into a file and --headless writes the metrics: "
+                                          "give one of them")
         trace = read_trace(path)
-        check_outputs({"--output": output, "--export-workload": export_workload}, {"TRACE": path})
+        check_outputs({"--output": output, "--export-workload": export_workload, "--export": export},
+                      {"TRACE": path})
+        if plan is not None and trace.header.get("source") == "attach":
+            raise ConfigError("--export", f"{path} is an attach recording: --export draws an engine session's "
+                                          "panels (from `batchtop --record`) for now")
         if trace.header.get("source") == "attach":  # from `batchtop attach --record`: its own panels
             from batchtop.tui.cli.attach_replay import run_attach_replay
             return run_attach_replay(trace, headless=headless, output=output, speed=speed, theme=theme,
@@ -71,9 +81,15 @@ def run_replay(path: str, *, headless: bool, output: str | None, speed: float, t
             note(f"warning: {warning}")
         if headless:  # every event is decoded here, inside the handler: an inconsistent one exits 2
             doc = replay_metrics(trace)
+        elif plan is not None:
+            from batchtop.tui.export.stepped_replay import SteppedReplay
+            source = SteppedReplay(trace, speed=plan.speed)  # the status line says the speed
         else:
             from batchtop.tui.sources.replay import ReplaySource
             source = ReplaySource(trace, speed=speed)
+    if plan is not None:
+        from batchtop.tui.cli.replay_export import run_replay_export  # Textual loads only here
+        run_replay_export(source, plan, theme)
     if headless:
         sys.exit(0 if deliver_json(doc, output) else 1)
     from batchtop.tui.app import BatchtopApp  # Textual loads only here

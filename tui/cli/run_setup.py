@@ -50,20 +50,24 @@ class Setup:
         recorder = None
         if self.record is not None:
             try:
-                recorder = Recorder(self.record, {
-                    "config": self.config.as_dict(),
-                    "device": {"kind": self.config.device, "name": peaks.device_name if peaks else self.config.device},
-                    "peaks": peaks.as_dict() if peaks is not None else None,
-                    "workload": self.workload_record(),
-                    **({"simulated": self.simulation.as_dict()} if self.simulation is not None else {}),
-                    **({"isa_peaks": isa_peaks} if isa_peaks else {}),
-                }, record_text=self.record_text)
+                recorder = Recorder(self.record, self.trace_header(peaks, isa_peaks), record_text=self.record_text)
             except TraceWriteError as exc:  # not even the header fits (a full disk, /dev/full): before any work
                 raise ConfigError("--record", f"{exc.path}: {exc.reason}") from None
         player = ScriptPlayer(self.script) if self.script else None
         decode = self.tokenizer is not None and (show_text or self.record_text)
         return Session(engine, self.requests, recorder=recorder, script=player,
                        text=TextDecoder(self.tokenizer) if decode else None)
+
+    def trace_header(self, peaks: DevicePeaks | None, isa_peaks: dict | None = None) -> dict:
+        """What a trace's header says about the run (a --record file's, and a server's step stream's)."""
+        return {
+            "config": self.config.as_dict(),
+            "device": {"kind": self.config.device, "name": peaks.device_name if peaks else self.config.device},
+            "peaks": peaks.as_dict() if peaks is not None else None,
+            "workload": self.workload_record(),
+            **({"simulated": self.simulation.as_dict()} if self.simulation is not None else {}),
+            **({"isa_peaks": isa_peaks} if isa_peaks else {}),
+        }
 
     def paced(self, engine: Engine) -> Setup:
         """The bundled workload played by a closed-loop pacer on `engine` (see run.pacing); call it

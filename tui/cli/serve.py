@@ -19,6 +19,7 @@ from batchtop.core_engine.serve.prompt_text import start_chat
 from batchtop.core_engine.serve.prompts import ServedModel
 from batchtop.core_engine.serve.server import Server, bind_socket
 from batchtop.core_engine.serve.status_log import StatusLog
+from batchtop.core_engine.serve.step_stream import StepPublisher
 from batchtop.core_engine.run.live_session import Session
 from batchtop.core_engine.torch_thread import call_in_thread
 from batchtop.tui.cli.headless import build_engine, load_peaks, note
@@ -66,23 +67,25 @@ def run_serve(opts: dict, serve: ServeOptions) -> None:
                             setup.config, setup.tokenizer, defaults=sampling_defaults(setup.config.model.checkpoint),
                             chat=chat)
         metrics = VllmMetrics(setup.config, model.name)
-        session.listeners.append(metrics)
+        steps = StepPublisher(setup.trace_header(peaks), initial=engine.snapshot())  # GET /batchtop/steps
+        session.listeners += [metrics, steps]
         if serve.headless:
-            code = _headless(session, model, metrics, sock, serve)
+            code = _headless(session, model, metrics, steps, sock, serve)
         else:
-            code = _dashboard(session, model, metrics, sock, serve, peaks, setup)
+            code = _dashboard(session, model, metrics, steps, sock, serve, peaks, setup)
     finally:
         if chat is not None:
             chat.close()
     sys.exit(code)
 
 
-def _headless(session: Session, model: ServedModel, metrics: VllmMetrics, sock: socket.socket,
-              serve: ServeOptions) -> int:
+def _headless(session: Session, model: ServedModel, metrics: VllmMetrics, steps: StepPublisher,
+              sock: socket.socket, serve: ServeOptions) -> int:
     loop = EngineThread(session)
     hub = RequestHub(session.engine, wake=loop.wake, max_waiting=serve.max_waiting)
     session.listeners.append(hub)
-    server = Server(create_app(model, hub, metrics, api_key=serve.api_key), hub, sock, grace_s=serve.shutdown_grace)
+    server = Server(create_app(model, hub, metrics, api_key=serve.api_key, steps=steps), hub, sock,
+                    grace_s=serve.shutdown_grace)
     loop.on_exit = server.shutdown  # the engine died (or a script quit): answer what is in flight, then stop
     status = StatusLog(session.engine, hub, note)
     # From the moment it says it serves, Ctrl-C and SIGTERM are the server's (a clean shutdown): with
@@ -92,7 +95,7 @@ def _headless(session: Session, model: ServedModel, metrics: VllmMetrics, sock: 
         loop.start()
         status.start()
         note(f"serving {model.name} on {server.url} (/v1/completions, /v1/chat/completions, /v1/models, /health, "
-             f"/metrics); Ctrl-C stops")
+             f"/metrics, /batchtop/steps); Ctrl-C stops")
         server.run()
     finally:
         for sig, handler in previous.items():
@@ -107,8 +110,8 @@ def _headless(session: Session, model: ServedModel, metrics: VllmMetrics, sock: 
     return EXIT_SIGTERM if server.signal == signal.SIGTERM else 0
 
 
-def _dashboard(session: Session, model: ServedModel, metrics: VllmMetrics, sock: socket.socket, serve: ServeOptions,
-               peaks: DevicePeaks, setup: Setup) -> int:
+def _dashboard(session: Session, model: ServedModel, metrics: VllmMetrics, steps: StepPublisher, sock: socket.socket,
+               serve: ServeOptions, peaks: DevicePeaks, setup: Setup) -> int:
     from batchtop.tui.app import BatchtopApp  # Textual loads only here, never on the headless path
     from batchtop.tui.sources.live import EngineSource
 
@@ -118,8 +121,8 @@ def _dashboard(session: Session, model: ServedModel, metrics: VllmMetrics, sock:
                           serving_url="(starting)")
     hub = RequestHub(session.engine, wake=source.wake, max_waiting=serve.max_waiting)
     session.listeners.append(hub)
-    server = Server(create_app(model, hub, metrics, api_key=serve.api_key), hub, sock, grace_s=serve.shutdown_grace,
-                    quiet=True)
+    server = Server(create_app(model, hub, metrics, api_key=serve.api_key, steps=steps), hub, sock,
+                    grace_s=serve.shutdown_grace, quiet=True)
     session.on_record_failure = lambda exc: source.notify("info", f"{exc}; serving goes on unrecorded")
     server.start_in_thread()
     source.serving_url = server.url

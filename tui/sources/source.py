@@ -54,3 +54,4 @@ class EngineInfo:
     simulation: Simulation | None = None  # a what-if run: its modelled panels say so
     workload: dict | None = None  # the workload's metrics/trace record (how its arrivals are paced)
     telemetry: TelemetrySampler | None = None
+    no_telemetry: str | None = None  # the Device panel's words where none comes (None: a recording's)

@@ -27,11 +27,14 @@ class DevicePanel(Panel):
     MODELLED = True  # a datasheet or measured device, not the one running
 
     def __init__(self, config: EngineConfig, peaks: DevicePeaks | None, *, live: bool = True,
-                 simulation: Simulation | None = None, id: str | None = "device") -> None:
+                 simulation: Simulation | None = None, id: str | None = "device",
+                 no_telemetry: str | None = None) -> None:
+        """no_telemetry: what to say where no telemetry comes (default: a recorded session's words)."""
         super().__init__(id=id)
         self.config = config
         self.peaks = peaks
         self.live = live
+        self.no_telemetry = no_telemetry or "recorded session: no live telemetry"
         self.simulation = simulation
         self.sample: TelemetrySample | None = None
 
@@ -64,7 +67,7 @@ class DevicePanel(Panel):
             self._simulated(text, self.simulation)
             return text
         if s is None:
-            text.append("telemetry starting…" if self.live else "recorded session: no live telemetry",
+            text.append("telemetry starting…" if self.live else self.no_telemetry,
                         self.style("muted"))
             return text
         if s.kind == "cuda":

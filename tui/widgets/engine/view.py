@@ -33,7 +33,7 @@ class EngineView(Vertical):
             yield WaitingPanel(arrivals_label(info.workload))
             yield RooflinePanel(info.peaks, calibration=sim.calibration if sim else None,
                                 num_layers=info.config.model.num_hidden_layers)
-            yield DevicePanel(info.config, info.peaks, live=info.live, simulation=sim)
+            yield DevicePanel(info.config, info.peaks, live=info.live, simulation=sim, no_telemetry=info.no_telemetry)
         yield MetricsStrip(id="metrics")
 
     def on_mount(self) -> None:
