@@ -23,6 +23,11 @@ A file written before attention_efficiency existed (same schema, three constants
 KV read was charged at its memory_efficiency, so that is its attention_efficiency. One written before
 layer_latency_s loads with 0 for it; one with an efficiency above 1 (fitted before they were bounded)
 loads too, and describe() says so.
+
+The efficiencies are shares of the roofs they were fitted against (the file's `fitted_on.peaks`), not of
+whatever the device's roof cache holds later: that cache is measured again and raised by runs, and the
+same efficiencies on other roofs predict other times. A what-if run of the device a calibration was
+fitted on times its steps by the calibration's roofs (roofs_on).
 """
 
 from __future__ import annotations
@@ -62,6 +67,14 @@ class Calibration:
     layer_latency_s: float = 0.0  # per decoder layer per step: launches and small ops, not bytes
     source: str = "defaults"  # "defaults" or the file it was read from
     fitted_on: dict = field(default_factory=dict, compare=False)  # device, model, dtype of the fit
+    roofs: DevicePeaks | None = field(default=None, compare=False)  # what the efficiencies are shares of
+
+    def roofs_on(self, peaks: DevicePeaks) -> DevicePeaks:
+        """The roofs to time steps by on a device whose roofs are `peaks`: this calibration's own where it
+        was fitted on that device (its efficiencies are shares of them), else the device's."""
+        if self.roofs is not None and self.roofs.device_name == peaks.device_name:
+            return self.roofs
+        return peaks
 
     def device_time(self, cost: StepCost, peaks: DevicePeaks) -> float:
         """The roofline time of a step's device work (its GEMMs, then its attention), at the reachable
@@ -92,7 +105,8 @@ class Calibration:
         return {name: getattr(self, name) for name in CONSTANTS}
 
     def as_dict(self) -> dict:
-        return {**self.constants(), "source": self.source, **({"fitted_on": self.fitted_on} if self.fitted_on else {})}
+        return {**self.constants(), "source": self.source, **({"fitted_on": self.fitted_on} if self.fitted_on else {}),
+                **({"roofs": self.roofs.as_dict()} if self.roofs is not None else {})}
 
     def describe(self) -> str:
         text = (f"compute eff {self.compute_efficiency:.2f} · memory eff {self.memory_efficiency:.2f} · "
@@ -158,5 +172,22 @@ def load_calibration(path: str) -> Calibration:
     values.setdefault(ADDED, values["memory_efficiency"])
     for name, absent in OPTIONAL.items():
         values.setdefault(name, absent)
-    fitted_on = data.get("fitted_on")
-    return Calibration(**values, source=path, fitted_on=fitted_on if isinstance(fitted_on, dict) else {})
+    fitted_on = data.get("fitted_on") if isinstance(data.get("fitted_on"), dict) else {}
+    roofs = None
+    if fitted_on.get("peaks") is not None:
+        roofs = fitted_roofs(fitted_on["peaks"])
+        if isinstance(roofs, str):
+            raise bad(roofs)
+    return Calibration(**values, source=path, fitted_on=fitted_on, roofs=roofs)
+
+
+def fitted_roofs(data: object) -> DevicePeaks | str:
+    """A file's fitted_on.peaks as roofs, or what is wrong with it (load_calibration words it)."""
+    if not isinstance(data, dict):
+        return f"fitted_on.peaks must be an object (the roofs the constants were fitted against), got {data!r}"
+    for name in ("peak_flops", "peak_bytes_per_s"):
+        value = data.get(name)
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not (0 < value < math.inf):
+            return f"fitted_on.peaks.{name} must be a positive number, got {value!r}"
+    return DevicePeaks(str(data.get("device_name", "")), float(data["peak_flops"]), float(data["peak_bytes_per_s"]),
+                       str(data.get("source", "")))

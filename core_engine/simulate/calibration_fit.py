@@ -15,6 +15,10 @@ fit sits at 1 and would go higher, the fit says so (a caveat): either some step 
 work at the roofs allows (caches, or a roof measured low), or the fit traded the constant terms
 against the weights' streaming time, both nearly constant across a decode sweep.
 
+The roofs it fits against are the device's measured ones raised to what the steps did (seen_roofs): a
+roof measured in a busy minute would otherwise hold every efficiency at 1 and the model slow. The
+calibration keeps them, and a what-if run of this device times its steps by them.
+
 The step overhead and the per-layer latency are two linear terms, fitted in closed form (least squares,
 both >= 0) for each triple. Steps of one model have one depth, and there the two are one constant:
 the fit keeps at most the default's overhead of it and charges the rest to the layers, and says so.
@@ -31,6 +35,7 @@ from batchtop.core_engine.perf.device_peaks import DevicePeaks
 from batchtop.core_engine.simulate.calibration import (DEFAULT, EFFICIENCY_RANGE, FITTED_RANGE, MAX_LAYER_LATENCY_S,
                                                        MAX_OVERHEAD_S, Calibration)
 from batchtop.core_engine.perf.decode_sweep import StepSample
+from batchtop.core_engine.simulate.seen_roofs import seen_roofs, with_raise_note
 
 EFFICIENCY_NAMES = ("compute_efficiency", "memory_efficiency", "attention_efficiency")
 LOWEST, HIGHEST = FITTED_RANGE  # the efficiencies searched: none above the device's roofs
@@ -250,21 +255,10 @@ def _split_constant(constant: float, layers: int, near: Calibration) -> tuple[fl
         f"depths fit them apart)")
 
 
-def fit_calibration(samples: list[StepSample], peaks: DevicePeaks, *, source: str, fitted_on: dict,
-                    near: Calibration = DEFAULT, layers: int | list[int] = 0) -> Fit:
-    """layers: the decoder layers of the model each sample ran (one number for all); 0 fits no
-    per-layer latency."""
-    if not samples:
-        raise ValueError("no measured steps to fit")
-    depth = np.array([layers] * len(samples) if isinstance(layers, int) else layers, dtype=float)
-    if depth.shape != (len(samples),) or not np.all(depth >= 0) or not np.all(depth == np.round(depth)):
-        raise ValueError("layers must be one whole number >= 0, or one for each step")
-    work = _work(samples, depth)
-    if not all(np.all(np.isfinite(w)) and np.all(w >= 0) for w in work) or not np.all(work[4] > 0):
-        raise ValueError("the steps' costs and times must be finite, >= 0 and their times > 0")
-    targets = [min(getattr(near, name), HIGHEST) for name in EFFICIENCY_NAMES]
-    held = () if _attention_identified(work) else ("attention_efficiency",)
-    fixed = tuple(name in held for name in EFFICIENCY_NAMES)
+def _search(work, peaks: DevicePeaks, targets: list[float], fixed: tuple[bool, ...]
+            ) -> tuple[float, list[float], dict[str, tuple[float, float]]]:
+    """The best triple (each efficiency nearest its target among equally good ones), its error, and each
+    fitted efficiency's span among equally good fits."""
     coarse = [np.array([t]) if f else COARSE for t, f in zip(targets, fixed)]
     errors, *_ = _errors(work, peaks, *coarse)
     refined = [_refine(work, peaks, [float(g[i]) for g, i in zip(coarse, start)], fixed) for start in _starts(errors)]
@@ -277,11 +271,33 @@ def fit_calibration(samples: list[StepSample], peaks: DevicePeaks, *, source: st
         ties = values[(scanned <= least * (1 + EQUALLY_GOOD) + 1e-15) | (values == point[axis])]
         point[axis] = float(ties[np.abs(np.log(ties / targets[axis])).argmin()])
         ranges[name] = (float(ties.min()), float(ties.max()))
-    least, overhead, latency = (float(x.item()) for x in _errors(work, peaks, *(np.array([v]) for v in point)))
-    bounded, notes = _bound_notes(work, peaks, point, least, fixed)
+    least = float(_errors(work, peaks, *(np.array([v]) for v in point))[0].item())
+    return least, point, ranges
+
+
+def fit_calibration(samples: list[StepSample], peaks: DevicePeaks, *, source: str, fitted_on: dict,
+                    near: Calibration = DEFAULT, layers: int | list[int] = 0) -> Fit:
+    """layers: the decoder layers of the model each sample ran (one number for all); 0 fits no
+    per-layer latency. Measured roofs are raised to what the steps did (seen_roofs) before the fit."""
+    if not samples:
+        raise ValueError("no measured steps to fit")
+    depth = np.array([layers] * len(samples) if isinstance(layers, int) else layers, dtype=float)
+    if depth.shape != (len(samples),) or not np.all(depth >= 0) or not np.all(depth == np.round(depth)):
+        raise ValueError("layers must be one whole number >= 0, or one for each step")
+    work = _work(samples, depth)
+    if not all(np.all(np.isfinite(w)) and np.all(w >= 0) for w in work) or not np.all(work[4] > 0):
+        raise ValueError("the steps' costs and times must be finite, >= 0 and their times > 0")
+    targets = [min(getattr(near, name), HIGHEST) for name in EFFICIENCY_NAMES]
+    held = () if _attention_identified(work) else ("attention_efficiency",)
+    fixed = tuple(name in held for name in EFFICIENCY_NAMES)
+    roofs, raised = with_raise_note(peaks, seen_roofs(samples, peaks))
+    least, point, ranges = _search(work, roofs, targets, fixed)
+    least, overhead, latency = (float(x.item()) for x in _errors(work, roofs, *(np.array([v]) for v in point)))
+    bounded, notes = _bound_notes(work, roofs, point, least, fixed)
+    notes = [raised, *notes] if raised else notes
     if not _depths_differ(depth):
         overhead, latency, split = _split_constant(overhead, int(depth[0]), near)
         notes += [split] if split else []
     calibration = Calibration(**dict(zip(EFFICIENCY_NAMES, point)), step_overhead_s=overhead, layer_latency_s=latency,
-                              source=source, fitted_on=fitted_on)
-    return Fit(calibration, _rms_relative_error(calibration, samples, peaks, depth), ranges, held, bounded, tuple(notes))
+                              source=source, fitted_on=fitted_on, roofs=roofs)
+    return Fit(calibration, _rms_relative_error(calibration, samples, roofs, depth), ranges, held, bounded, tuple(notes))

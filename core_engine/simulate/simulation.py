@@ -19,6 +19,11 @@ class Simulation:
     peaks: DevicePeaks
     calibration: Calibration
 
+    def __post_init__(self) -> None:
+        # the efficiencies are shares of the roofs they were fitted against: on the device they were
+        # fitted on, time the steps (and draw the panels) by those, not by whatever the cache holds now
+        object.__setattr__(self, "peaks", self.calibration.roofs_on(self.peaks))
+
     @property
     def tag(self) -> str:
         """What screens put beside every modelled number."""

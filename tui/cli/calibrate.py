@@ -136,11 +136,11 @@ def run_calibrate(opts: dict, output: str) -> None:
     for caveat in fit.caveats():  # what these steps could not pin down
         note(caveat)
     doc = {"schema": CALIBRATION_SCHEMA, **fit.calibration.constants(),
-           "fitted_on": {**fitted_on, "peaks": peaks.as_dict()}, "fit": fit.as_dict(),
+           "fitted_on": {**fitted_on, "peaks": fit.calibration.roofs.as_dict()}, "fit": fit.as_dict(),
            "samples": [s.as_dict() for s in samples]}
     if not deliver_json(doc, output):
         sys.exit(1)
     note_written(CALIBRATION_SCHEMA, output)
     console = Console(file=sys.stderr if output == "-" else sys.stdout)
     console.print(f"fitted: {fit.calibration.describe()}", soft_wrap=True, highlight=False)
-    console.print(fit_table(fit, samples, peaks, fitted_on["layers"]))
+    console.print(fit_table(fit, samples, fit.calibration.roofs, fitted_on["layers"]))
