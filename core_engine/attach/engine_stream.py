@@ -18,10 +18,10 @@ from urllib.parse import urlsplit
 from batchtop.core_engine.engine.snapshot import StepSnapshot
 from batchtop.core_engine.errors import BadInput
 from batchtop.core_engine.serve.step_stream import STEPS_PATH, SYNC
-from batchtop.core_engine.text_files import NotText, decode_utf8, parse_json
+from batchtop.core_engine.text_files import NotText
 from batchtop.core_engine.trace.codec import SnapshotDecoder
-from batchtop.core_engine.trace.schema import ENGINE_EVENTS, event_problem, framing_problem
-from batchtop.core_engine.trace.trace import check_header
+from batchtop.core_engine.trace.schema import ENGINE_EVENTS, event_problem
+from batchtop.core_engine.trace.trace import check_header, parse_event
 
 MAX_LINE_BYTES = 8 << 20  # a step is a few KB; a keyframe with thousands of waiting requests a few MB
 READ_TIMEOUT_S = 5.0  # the server writes a heartbeat every second: this long silent, it is gone
@@ -92,7 +92,7 @@ class EngineStream:
         if first is None:
             raise StreamRefused(self.url, 200, f"{self.url}: the stream ended before its header")
         try:
-            header = _parse(first)
+            header = parse_event(first)
             check_header(self.url, 1, header)
         except (NotText, BadInput) as exc:
             raise StreamRefused(self.url, 200, f"{self.url}: not a batchtop step stream ({exc})") from None
@@ -113,7 +113,7 @@ class EngineStream:
                     continue
                 self.num_lines += 1
                 try:
-                    event = _parse(raw)
+                    event = parse_event(raw)
                     problem = event_problem(event, ENGINE_EVENTS) if event["type"] in ENGINE_EVENTS else None
                     if problem is not None:
                         raise NotText(problem)
@@ -163,16 +163,6 @@ class EngineStream:
         self.interrupt()
         if self._conn is not None:
             self._conn.close()
-
-
-def _parse(raw: bytes) -> dict:
-    event = parse_json(decode_utf8(raw), allow_constants=False)
-    if not isinstance(event, dict):
-        raise NotText("not a trace event (not a JSON object)")
-    problem = framing_problem(event)
-    if problem is not None:
-        raise NotText(f"not a trace event ({problem})")
-    return event
 
 
 def _lines(chunks: Iterator[bytes], stream: EngineStream) -> Iterator[bytes]:

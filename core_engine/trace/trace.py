@@ -186,7 +186,7 @@ def _lines(path: Path) -> Iterator[tuple[int, bytes, bool]]:
         yield lineno + 1, b"".join(pending), False
 
 
-def _parse(raw: bytes) -> dict:
+def parse_event(raw: bytes) -> dict:
     """One line as a trace event; NotText when it is not UTF-8 JSON with a seq, t and type."""
     event = parse_json(decode_utf8(raw), allow_constants=False)
     if not isinstance(event, dict):
@@ -229,7 +229,7 @@ def read_trace(path: str) -> Trace:
             if not raw.strip():
                 continue
             try:
-                event = _parse(raw)
+                event = parse_event(raw)
             except NotText as exc:
                 if complete:  # every line is written whole with its newline: this one was damaged
                     raise TraceError(f"{path}:{lineno}: corrupt line ({exc.message})") from None
