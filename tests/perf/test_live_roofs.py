@@ -10,7 +10,7 @@ import pytest
 from batchtop.core_engine.engine.engine import Engine
 from batchtop.core_engine.perf import live_roofs as lr
 from batchtop.core_engine.perf.device_peaks import DevicePeaks
-from batchtop.core_engine.perf.live_roofs import ABOVE_ROOF, LiveRoofs, fraction_of_roof
+from batchtop.core_engine.perf.live_roofs import LiveRoofs, fraction_of_roof
 from batchtop.core_engine.worker.kernel_switch import KERNELS_IN, kernels_came_in
 from batchtop.gpu_kernels import cpu_kernels
 from tests.conftest import make_requests, tiny_config

@@ -30,6 +30,17 @@ def steps_of(items: list[StreamItem]) -> list[int]:
     return [i.snapshot.counters.steps for i in items if i.snapshot is not None and i.snapshot.is_step]
 
 
+def published(max_num_seqs: int, requests: int, seed: int, prompt: tuple[int, int], output: tuple[int, int],
+              **publisher: int) -> tuple[Engine, Session, StepPublisher]:
+    """An engine stepped by hand (no server), its session publishing each step."""
+    engine = Engine(tiny_config(max_num_seqs=max_num_seqs, num_kv_blocks=64))
+    session = Session(engine, make_requests(requests, seed=seed, prompt=prompt, output=output))
+    engine.load_workload(session.workload)
+    steps = StepPublisher(HEADER, initial=engine.snapshot(), **publisher)
+    session.listeners.append(steps)
+    return engine, session, steps
+
+
 def test_two_viewers_see_the_same_steps_and_the_stream_ends_when_the_server_stops():
     with serving() as server:
         viewers = [EngineStream(server.url) for _ in range(2)]
@@ -50,11 +61,7 @@ def test_two_viewers_see_the_same_steps_and_the_stream_ends_when_the_server_stop
 
 
 def test_a_viewer_that_never_reads_drops_steps_counted_and_resyncs_to_the_engines_state(tmp_path):
-    engine = Engine(tiny_config(max_num_seqs=4, num_kv_blocks=64))
-    session = Session(engine, make_requests(12, seed=1, prompt=(3, 9), output=(4, 20)))
-    engine.load_workload(session.workload)
-    publisher = StepPublisher(HEADER, initial=engine.snapshot(), max_steps=3)
-    session.listeners.append(publisher)
+    engine, session, publisher = published(4, 12, 1, (3, 9), (4, 20), max_steps=3)
     slow = publisher.subscribe()
     for _ in range(25):
         session.step()
@@ -74,11 +81,7 @@ def test_a_viewer_that_never_reads_drops_steps_counted_and_resyncs_to_the_engine
 
 
 def test_a_viewer_joining_mid_run_gets_the_header_and_the_latest_state_at_once():
-    engine = Engine(tiny_config(max_num_seqs=2, num_kv_blocks=64))
-    session = Session(engine, make_requests(6, seed=3, prompt=(3, 9), output=(8, 20)))
-    engine.load_workload(session.workload)
-    publisher = StepPublisher(HEADER, initial=engine.snapshot())
-    session.listeners.append(publisher)
+    engine, session, publisher = published(2, 6, 3, (3, 9), (8, 20))
     for _ in range(6):
         session.step()  # nobody watches: nothing is encoded
     late = publisher.subscribe()
@@ -108,11 +111,7 @@ def test_server_sent_events_carry_the_same_lines_for_a_browser():
 
 
 def test_bad_and_hostile_lines_are_counted_and_skipped():
-    engine = Engine(tiny_config(max_num_seqs=2, num_kv_blocks=64))
-    session = Session(engine, make_requests(3, seed=5, prompt=(3, 6), output=(3, 6)))
-    engine.load_workload(session.workload)
-    publisher = StepPublisher(HEADER, initial=engine.snapshot())
-    session.listeners.append(publisher)
+    engine, session, publisher = published(2, 3, 5, (3, 6), (3, 6))
     sub = publisher.subscribe()
     for _ in range(3):
         session.step()
